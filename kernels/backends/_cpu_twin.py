@@ -1,0 +1,243 @@
+"""cpu-twin: the Ascend C kernel source compiled against kernels/twin and run on host threads."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from kernels.backends._base import Backend, BuildResult, MeasureOptions, RunResult
+from kernels.backends._compiler import Compiler, count_loop_spills, find_compiler, max_stack_frame
+from kernels.backends._problem import Problem
+from kernels.backends._runner import RunnerCrashed, RunnerProcess, RunnerTimeout
+from kernels.ops import OpSpec
+from kernels.targets import TargetProfile
+from tuner.errors import BackendError
+from tuner.settings import Settings, get_settings
+from tuner.types import Shape, Tiling
+
+TWIN_DIR = Path(__file__).resolve().parent.parent / "twin"
+RUNNER_SOURCE = TWIN_DIR / "runner" / "runner.cpp"
+
+
+def _digest(*parts: bytes | str) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(part.encode() if isinstance(part, str) else part)
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def _twin_sources_digest() -> str:
+    files = sorted(p for p in TWIN_DIR.rglob("*") if p.suffix in {".h", ".hpp"})
+    return _digest(*(p.read_bytes() for p in files))
+
+
+def shim_source(spec: OpSpec, *, sample: Any) -> str:
+    """The translation unit of one variant: the kernel file and its export, nothing else.
+
+    ``sample`` is a packed tiling struct description (StructField tuple) used only for the
+    layout checks, so the C struct and the Python packing can never drift apart.
+    """
+    lines = [
+        f'#include "{spec.kernel_path}"',
+        '#include "twin_launch.h"',
+        f"TWIN_EXPORT_KERNEL({spec.entry}, {spec.tiling_type}, {len(spec.gm_args(_unit(spec), 'float32'))})",
+    ]
+    lines += [
+        f"TWIN_CHECK_FIELD({spec.tiling_type}, {field.name}, {4 * i})"
+        for i, field in enumerate(sample)
+    ]
+    lines.append(f"static_assert(sizeof({spec.tiling_type}) == {4 * len(sample)}, \"tiling size\");")
+    return "\n".join(lines) + "\n"
+
+
+def _unit(spec: OpSpec) -> Shape:
+    return Shape({d: 1 for d in spec.dims})
+
+
+class CpuTwinBackend(Backend):
+    name = "cpu-twin"
+
+    def __init__(self, settings: Settings | None = None) -> None:
+        self.settings = settings or get_settings()
+        self.compiler: Compiler = find_compiler(self.settings.compiler)
+        self._builds = self.settings.cache_dir / "builds"
+        self._runner: RunnerProcess | None = None
+        self._problem: Problem | None = None
+        self._threads = self.settings.runner_threads or os.cpu_count() or 1
+
+    # -- environment -------------------------------------------------------------------------
+    def environment(self) -> dict[str, Any]:
+        return {
+            "backend": self.name,
+            "compiler": f"{self.compiler.kind} {self.compiler.version}",
+            "compiler_path": self.compiler.path,
+            "flags": " ".join(self.compiler.flags()),
+            "host": platform.node(),
+            "cpu": platform.processor() or platform.machine(),
+            "threads": self._threads,
+        }
+
+    # -- build -------------------------------------------------------------------------------
+    def _compile(self, args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [self.compiler.path, *args],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=self.settings.build_timeout_s,
+            check=False,
+        )
+
+    def build(self, spec: OpSpec, defines: dict[str, str]) -> BuildResult:
+        from kernels.targets import twin_target
+
+        sample = spec.tiling_struct(
+            spec.default_tiling(_unit(spec), "float32", twin_target()), _unit(spec), "float32",
+            twin_target(),
+        )  # fmt: skip
+        shim = shim_source(spec, sample=sample)
+        flags = [*self.compiler.flags(), f"-I{TWIN_DIR}"]
+        flags += [f"-D{k}={v}" for k, v in sorted(defines.items())]
+        key = _digest(
+            spec.kernel_path.read_bytes(), _twin_sources_digest(), shim, " ".join(flags),
+            self.compiler.path, self.compiler.version,
+        )[:20]  # fmt: skip
+        final = self._builds / spec.name / key
+        env = {"compiler": f"{self.compiler.kind} {self.compiler.version}", "flags": " ".join(flags)}
+        meta_path = final / "build.json"
+        if meta_path.exists():
+            meta = json.loads(meta_path.read_text())
+            return BuildResult(
+                ok=meta["ok"], key=key, artifact=final / "variant.so" if meta["ok"] else None,
+                error=meta.get("error"), seconds=meta["seconds"], cached=True,
+                spills=meta.get("spills"), stack_bytes=meta.get("stack_bytes"), env=env,
+            )  # fmt: skip
+
+        self._builds.joinpath(spec.name).mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix="build-", dir=self._builds / spec.name))
+        started = time.perf_counter()
+        meta: dict[str, Any] = {"ok": False}
+        try:
+            (work / "variant.cpp").write_text(shim)
+            compiled = self._compile([*flags, "-c", "variant.cpp", "-o", "variant.o"], work)
+            if compiled.returncode == 0:
+                linked = self._compile(["-shared", "variant.o", "-o", "variant.so", "-lpthread"], work)
+                if linked.returncode == 0:
+                    meta["ok"] = True
+                else:
+                    meta["error"] = "link failed: " + linked.stderr[-2000:]
+            else:
+                errors = [line for line in compiled.stderr.splitlines() if "error" in line]
+                meta["error"] = "compile failed: " + "\n".join(errors[:10] or [compiled.stderr[-2000:]])
+            if self.compiler.spill_checks:
+                meta["spills"] = count_loop_spills(compiled.stderr)
+            meta["stack_bytes"] = max_stack_frame(work / "variant.su")
+        except subprocess.TimeoutExpired:
+            meta["error"] = f"compile timed out after {self.settings.build_timeout_s:.0f} s"
+        meta["seconds"] = time.perf_counter() - started
+        (work / "build.json").write_text(json.dumps(meta))
+        try:
+            os.replace(work, final)  # atomic: a concurrent build of the same key wins or loses whole
+        except OSError:
+            shutil.rmtree(work, ignore_errors=True)  # another process published it first
+        return BuildResult(
+            ok=meta["ok"], key=key, artifact=final / "variant.so" if meta["ok"] else None,
+            error=meta.get("error"), seconds=meta["seconds"], cached=False,
+            spills=meta.get("spills"), stack_bytes=meta.get("stack_bytes"), env=env,
+        )  # fmt: skip
+
+    def _runner_binary(self) -> Path:
+        key = _digest(RUNNER_SOURCE.read_bytes(), _twin_sources_digest(), self.compiler.path)[:16]
+        binary = self.settings.cache_dir / "runner" / key / "runner"
+        if binary.exists():
+            return binary
+        binary.parent.mkdir(parents=True, exist_ok=True)
+        tmp = binary.with_suffix(f".tmp{os.getpid()}")
+        done = self._compile(
+            ["-std=c++17", "-O2", "-pthread", f"-I{TWIN_DIR}", str(RUNNER_SOURCE), "-o", str(tmp),
+             "-ldl"], binary.parent)  # fmt: skip
+        if done.returncode != 0:
+            raise BackendError(f"cannot build the twin runner: {done.stderr[-2000:]}")
+        os.replace(tmp, binary)
+        return binary
+
+    # -- run ---------------------------------------------------------------------------------
+    def _problem_for(self, spec: OpSpec, shape: Shape, dtype: str) -> Problem:
+        p = self._problem
+        if p is None or (p.spec.name, p.shape, p.dtype) != (spec.name, shape, dtype):
+            if p is not None:
+                p.close()
+            self._problem = p = Problem(spec, shape, dtype)
+        return p
+
+    def _launch(
+        self, build: BuildResult, problem: Problem, line_head: list[str], timeout: float
+    ) -> dict[str, Any]:
+        if self._runner is None:
+            self._runner = RunnerProcess(self._runner_binary(), threads=self._threads)
+        line = " ".join(["run", str(build.artifact), *line_head, *problem.gm_tokens()])
+        return self._runner.request(line, timeout=timeout)
+
+    def run(
+        self,
+        build: BuildResult,
+        spec: OpSpec,
+        *,
+        shape: Shape,
+        dtype: str,
+        target: TargetProfile,
+        tiling: Tiling,
+        check: bool,
+        measure: MeasureOptions,
+    ) -> RunResult:
+        if not build.ok or build.artifact is None:
+            raise ValueError("run() needs a successful build")
+        problem = self._problem_for(spec, shape, dtype)
+        limits = target.limits(mix=spec.mix)
+        head_common = [
+            str(limits[m]) for m in ("ub", "l1", "l0a", "l0b", "l0c", "bt")
+        ] + ["1", spec.pack_tiling(tiling, shape, dtype, target).hex()]
+        block_dim = str(spec.block_dim(tiling, shape, dtype, target))
+        n_gm = str(len(problem.args))
+        timeout = self.settings.run_timeout_s
+
+        def launch(warmup: int, repeats: int, seconds: float) -> dict[str, Any]:
+            head = [block_dim, str(warmup), str(repeats), f"{seconds:.3f}", *head_common, n_gm]
+            return self._launch(build, problem, head, timeout * (1 + warmup) + seconds)
+
+        try:
+            max_error = None
+            if check:
+                problem.poison_outputs()
+                answer = launch(0, 1, timeout)
+                if not answer["ok"]:
+                    return RunResult("crashed", error=answer["error"])
+                outcome = problem.check_outputs()
+                if not outcome.ok:
+                    return RunResult("wrong", error=outcome.detail, max_error=outcome.max_error)
+                max_error = outcome.max_error
+            answer = launch(measure.warmup, measure.repeats, measure.max_seconds)
+        except RunnerTimeout as exc:
+            return RunResult("timeout", error=str(exc))
+        except RunnerCrashed as exc:
+            return RunResult("crashed", error=str(exc))
+        if not answer["ok"]:
+            return RunResult("crashed", error=answer["error"])
+        return RunResult("ok", tuple(answer["samples_us"]), max_error=max_error)
+
+    def close(self) -> None:
+        if self._runner is not None:
+            self._runner.close()
+            self._runner = None
+        if self._problem is not None:
+            self._problem.close()
+            self._problem = None

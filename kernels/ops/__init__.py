@@ -1,0 +1,41 @@
+"""The op registry: one entry per fused operator, imported lazily by name."""
+
+from __future__ import annotations
+
+import importlib
+
+from kernels.ops._base import Check, Footprint, GmArg, OpSpec, StructField, Traffic, Tunable
+from tuner.errors import InputError
+
+__all__ = [
+    "OPS",
+    "Check",
+    "Footprint",
+    "GmArg",
+    "OpSpec",
+    "StructField",
+    "Traffic",
+    "Tunable",
+    "get_op",
+    "list_ops",
+]
+
+#: op name -> module holding its ``SPEC``.
+OPS: dict[str, str] = {
+    "linear_add_gelu": "kernels.ops.linear_add_gelu.spec",
+    "scale_relu_dropout": "kernels.ops.scale_relu_dropout.spec",
+}
+
+
+def get_op(name: str) -> OpSpec:
+    """The spec of op ``name``; an unknown name is an InputError listing the known ones."""
+    try:
+        module = OPS[name]
+    except KeyError:
+        raise InputError(f"unknown op {name!r}; known ops: {', '.join(sorted(OPS))}") from None
+    spec: OpSpec = importlib.import_module(module).SPEC
+    return spec
+
+
+def list_ops() -> list[OpSpec]:
+    return [get_op(name) for name in sorted(OPS)]

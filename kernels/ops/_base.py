@@ -1,0 +1,312 @@
+"""The op spec: everything tilewise knows about one fused operator besides its kernel source.
+
+An :class:`OpSpec` subclass describes one Ascend C kernel file: the shape dims and dtypes it takes,
+its tunables (runtime fields of the tiling struct and compile-time choices), and pure functions of
+``(tiling, shape, dtype, target)``:
+
+* :meth:`OpSpec.footprint` — bytes each on-chip memory holds for that tiling. It must equal what
+  the kernel's ``Init`` allocates (every ``InitBuffer``, rounded up to 32 B, and the Matmul
+  object's L1/L0 buffers), so a tiling rejected here is exactly one the device would reject.
+* :meth:`OpSpec.rules` — every other validity rule violated (alignment, divisibility, core count).
+* :meth:`OpSpec.default_tiling` — what a developer would write by hand: the baseline.
+* :meth:`OpSpec.reference` and :meth:`OpSpec.tolerance` — the numpy answer and how close is right.
+* :meth:`OpSpec.traffic` — bytes moved and flops, fused and unfused, for the fusion analysis.
+* :meth:`OpSpec.tiling_struct` — the packed tiling struct the kernel receives, field by field.
+
+Specs hold no state; every method may be called from any thread.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import struct
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import ClassVar, Literal
+
+import numpy as np
+
+from kernels.targets import TargetProfile
+from tuner.errors import InputError
+from tuner.types import DTYPE_BYTES, DTYPES, MAX_DIM, Shape, Tiling
+
+MEMORIES: tuple[str, ...] = ("ub", "l1", "l0a", "l0b", "l0c", "bt")
+
+NUMPY_DTYPES: dict[str, type[np.floating]] = {"float32": np.float32, "float16": np.float16}
+#: The Ascend C spelling of each dtype, handed to the kernel as ``-DDTYPE_X=...``.
+C_DTYPES: dict[str, str] = {"float32": "float", "float16": "half"}
+
+
+def align32(nbytes: int) -> int:
+    """Round up to 32 bytes, as ``TPipe::InitBuffer`` does."""
+    return (nbytes + 31) // 32 * 32
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass(frozen=True)
+class Tunable:
+    """One tunable: its domain, and whether changing it needs a new build."""
+
+    name: str
+    values: tuple[int, ...]
+    doc: str
+    compile_time: bool = False
+    define: str | None = None  # the macro a compile-time tunable sets, e.g. "BUFFER_NUM"
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "values": list(self.values),
+            "compile_time": self.compile_time,
+            "doc": self.doc,
+        }
+
+
+@dataclass(frozen=True)
+class GmArg:
+    """One global-memory argument of the kernel entry, in call order."""
+
+    name: str
+    role: Literal["in", "out", "workspace"]
+    elements: int
+    dtype: str  # a numpy dtype name ("float32", "float16", "uint8")
+
+    @property
+    def nbytes(self) -> int:
+        return self.elements * np.dtype(self.dtype).itemsize
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """Bytes of each on-chip memory one core uses."""
+
+    ub: int = 0
+    l1: int = 0
+    l0a: int = 0
+    l0b: int = 0
+    l0c: int = 0
+    bt: int = 0
+
+    def to_dict(self) -> dict[str, int]:
+        return {m: getattr(self, m) for m in MEMORIES}
+
+
+@dataclass(frozen=True)
+class Check:
+    """The static verdict on a tiling: no compile, no launch."""
+
+    valid: bool
+    reasons: tuple[str, ...]
+    footprint: Footprint
+    limits: Mapping[str, int]
+    #: Constraint values in Optuna's sense: > 0 means violated, by that relative amount.
+    constraints: Mapping[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "valid": self.valid,
+            "reasons": list(self.reasons),
+            "footprint": self.footprint.to_dict(),
+            "limits": dict(self.limits),
+        }
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """Global-memory bytes and flops of the op, fused and as separate kernels."""
+
+    fused_bytes: int
+    unfused_bytes: int
+    flops: int
+    unfused_kernels: int
+
+
+@dataclass(frozen=True)
+class StructField:
+    """One 4-byte field of the packed tiling struct: its C name, struct code and value."""
+
+    name: str  # as written in C, e.g. "cube.baseM"
+    code: Literal["i", "I", "f"]
+    value: int | float
+
+
+class OpSpec(ABC):
+    """The contract of one fused operator; see the module docstring."""
+
+    name: ClassVar[str]
+    summary: ClassVar[str]
+    dims: ClassVar[tuple[str, ...]]
+    dtypes: ClassVar[tuple[str, ...]] = DTYPES
+    #: Kernel entry point, the C tiling struct it takes, and the file that holds both.
+    entry: ClassVar[str]
+    tiling_type: ClassVar[str]
+    kernel_file: ClassVar[str]
+    #: Cube + vector (MIX) kernels have 256 B less UB.
+    mix: ClassVar[bool] = False
+
+    # -- identity --------------------------------------------------------------------------
+    @property
+    def kernel_path(self) -> Path:
+        return Path(__file__).parent / self.name / self.kernel_file
+
+    @cached_property
+    def version(self) -> str:
+        """Hash of the kernel source and the spec source: a changed kernel is a new workload."""
+        import inspect
+
+        digest = hashlib.sha256(self.kernel_path.read_bytes())
+        digest.update(inspect.getsource(type(self)).encode())
+        return digest.hexdigest()[:12]
+
+    # -- inputs ----------------------------------------------------------------------------
+    def validate_shape(self, shape: Mapping[str, int], *, max_elements: int | None = None) -> Shape:
+        """Return ``shape`` as a :class:`Shape`, or raise InputError naming what is wrong."""
+        unknown = sorted(set(shape) - set(self.dims))
+        if unknown:
+            raise InputError(
+                f"{self.name}: unknown dim {', '.join(unknown)}; dims are {', '.join(self.dims)}"
+            )
+        missing = [d for d in self.dims if d not in shape]
+        if missing:
+            raise InputError(f"{self.name}: missing dim {', '.join(missing)}")
+        for dim in self.dims:
+            value = shape[dim]
+            if isinstance(value, bool) or not isinstance(value, int | np.integer):
+                raise InputError(f"{self.name}: dim {dim} must be an integer, got {value!r}")
+            if value <= 0:
+                raise InputError(f"{self.name}: dim {dim} must be positive, got {value}")
+            if value > MAX_DIM:
+                raise InputError(f"{self.name}: dim {dim}={value} exceeds the limit {MAX_DIM}")
+        result = Shape({d: int(shape[d]) for d in self.dims})
+        if max_elements is not None:
+            largest = max(arg.elements for arg in self.gm_args(result, "float32"))
+            if largest > max_elements:
+                raise InputError(
+                    f"{self.name}: shape {result} needs a tensor of {largest} elements, "
+                    f"above the limit {max_elements}"
+                )
+        return result
+
+    def validate_dtype(self, dtype: str) -> str:
+        if dtype not in self.dtypes:
+            raise InputError(
+                f"{self.name}: unknown dtype {dtype!r}; supported: {', '.join(self.dtypes)}"
+            )
+        return dtype
+
+    # -- the search space --------------------------------------------------------------------
+    #: Compile-time tunables (template parameters / macros); never shape-dependent.
+    compile_tunables: ClassVar[tuple[Tunable, ...]] = ()
+
+    @abstractmethod
+    def runtime_tunables(
+        self, shape: Shape, dtype: str, target: TargetProfile
+    ) -> tuple[Tunable, ...]:
+        """Domains of the tiling-struct fields searched for this workload."""
+
+    def tunables(self, shape: Shape, dtype: str, target: TargetProfile) -> tuple[Tunable, ...]:
+        """Every tunable of this workload: runtime fields, then compile-time choices."""
+        return (*self.runtime_tunables(shape, dtype, target), *self.compile_tunables)
+
+    def compile_key(self, tiling: Tiling, dtype: str) -> dict[str, str]:
+        """The compile-time part of a tiling as ``-D`` macros: a build is keyed by this only."""
+        defines = {"DTYPE_X": C_DTYPES[dtype]}
+        for tunable in self.compile_tunables:
+            defines[tunable.define or tunable.name] = str(tiling[tunable.name])
+        return defines
+
+    # -- static checks -----------------------------------------------------------------------
+    @abstractmethod
+    def footprint(
+        self, tiling: Tiling, shape: Shape, dtype: str, target: TargetProfile
+    ) -> Footprint: ...
+
+    @abstractmethod
+    def rules(self, tiling: Tiling, shape: Shape, dtype: str, target: TargetProfile) -> list[str]:
+        """Every validity rule (besides memory sizes) the tiling breaks, as readable reasons."""
+
+    def check(self, tiling: Tiling, shape: Shape, dtype: str, target: TargetProfile) -> Check:
+        """Footprint against the target's limits plus :meth:`rules`."""
+        names = {t.name for t in self.tunables(shape, dtype, target)}
+        if set(tiling) != names:
+            missing, extra = sorted(names - set(tiling)), sorted(set(tiling) - names)
+            raise InputError(
+                f"{self.name}: tiling fields do not match the tunables"
+                + (f"; missing {', '.join(missing)}" if missing else "")
+                + (f"; unknown {', '.join(extra)}" if extra else "")
+            )
+        reasons = self.rules(tiling, shape, dtype, target)
+        constraints: dict[str, float] = {"rules": float(len(reasons))}
+        footprint = self.footprint(tiling, shape, dtype, target)
+        limits = target.limits(mix=self.mix)
+        for memory in MEMORIES:
+            used, limit = getattr(footprint, memory), limits[memory]
+            excess = used - limit
+            constraints[memory] = excess / max(limit, 1)
+            if excess > 0:
+                reasons.append(f"{memory.upper()} overflow: needs {used} B, limit {limit} B")
+        return Check(not reasons, tuple(reasons), footprint, limits, constraints)
+
+    @abstractmethod
+    def default_tiling(self, shape: Shape, dtype: str, target: TargetProfile) -> Tiling:
+        """The hand-written heuristic every tuned result is compared with. Always valid."""
+
+    # -- running -------------------------------------------------------------------------------
+    @abstractmethod
+    def gm_args(self, shape: Shape, dtype: str) -> tuple[GmArg, ...]:
+        """The kernel's GM arguments in call order (inputs, outputs, workspace)."""
+
+    @abstractmethod
+    def tiling_struct(
+        self, tiling: Tiling, shape: Shape, dtype: str, target: TargetProfile
+    ) -> tuple[StructField, ...]:
+        """The tiling struct the kernel takes, in field order (all fields 4 bytes)."""
+
+    @abstractmethod
+    def block_dim(self, tiling: Tiling, shape: Shape, dtype: str, target: TargetProfile) -> int:
+        """How many blocks the kernel is launched with."""
+
+    def pack_tiling(
+        self, tiling: Tiling, shape: Shape, dtype: str, target: TargetProfile
+    ) -> bytes:
+        fields = self.tiling_struct(tiling, shape, dtype, target)
+        return struct.pack("<" + "".join(f.code for f in fields), *(f.value for f in fields))
+
+    @abstractmethod
+    def make_inputs(
+        self, shape: Shape, dtype: str, rng: np.random.Generator
+    ) -> dict[str, np.ndarray]:
+        """Inputs by GM arg name, scaled so that outputs are of order one."""
+
+    @abstractmethod
+    def reference(
+        self, inputs: Mapping[str, np.ndarray], shape: Shape, dtype: str
+    ) -> dict[str, np.ndarray]:
+        """Outputs by GM arg name, computed with numpy."""
+
+    def tolerance(self, dtype: str, shape: Shape) -> tuple[float, float]:
+        """(rtol, atol) an output must meet."""
+        return (1e-4, 1e-4) if dtype == "float32" else (1e-2, 1e-2)
+
+    # -- analysis ------------------------------------------------------------------------------
+    @abstractmethod
+    def traffic(self, shape: Shape, dtype: str) -> Traffic: ...
+
+
+def itemsize(dtype: str) -> int:
+    return DTYPE_BYTES[dtype]
+
+
+def round_up(value: int, multiple: int) -> int:
+    return ceil_div(value, multiple) * multiple
+
+
+def floor_pow2(value: int) -> int:
+    return 1 << max(0, int(math.log2(max(value, 1))))

@@ -1,0 +1,176 @@
+"""scale_relu_dropout: y = relu(x * scale) * keep / (1 - p), one pass over global memory.
+
+``keep`` comes from a counter-based hash of (seed, element index), computed in the kernel with
+vector integer ops, so the mask costs no global traffic and the reference is reproducible.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from kernels.ops._base import (
+    NUMPY_DTYPES,
+    Footprint,
+    GmArg,
+    OpSpec,
+    StructField,
+    Traffic,
+    Tunable,
+    align32,
+    ceil_div,
+    itemsize,
+    round_up,
+)
+from kernels.targets import TargetProfile
+from tuner.types import Shape, Tiling
+
+#: Tiles and blocks are multiples of 16 elements: 32 B for half, and the float/int32 scratch
+#: buffers stay 32 B aligned too.
+ALIGN = 16
+SCALE = 1.7
+DROP_P = 0.1
+SEED = 20260522
+_U32 = 0xFFFFFFFF
+
+
+def seed_mix(seed: int) -> int:
+    return (seed * 0x9E3779B9) & _U32
+
+
+def keep_mask(n: int, seed: int, p: float) -> np.ndarray:
+    """The kernel's mask, step for step: uint32 wrap-around, then float32 arithmetic."""
+    h = np.arange(n, dtype=np.uint32)
+    h += np.uint32(seed_mix(seed))
+    h *= np.uint32(0x85EBCA6B)
+    h += h >> np.uint32(13)
+    h *= np.uint32(0xC2B2AE35)
+    h += h >> np.uint32(16)
+    h >>= np.uint32(8)
+    u = h.astype(np.int32).astype(np.float32)
+    u *= np.float32(2.0**-24)
+    u += np.float32(-p)
+    u *= np.float32(2.0**30)
+    return np.maximum(np.minimum(u, np.float32(1.0)), np.float32(0.0))
+
+
+class ScaleReluDropout(OpSpec):
+    name = "scale_relu_dropout"
+    summary = "y = relu(x*scale) * mask / (1-p); mask from a hash of (seed, index)"
+    dims = ("N",)
+    entry = "scale_relu_dropout"
+    tiling_type = "ScaleReluDropoutTiling"
+    kernel_file = "scale_relu_dropout.cpp"
+    compile_tunables = (
+        Tunable("bufferNum", (1, 2), "queue depth: 2 = double buffering", True, "BUFFER_NUM"),
+    )
+
+    def runtime_tunables(
+        self, shape: Shape, dtype: str, target: TargetProfile
+    ) -> tuple[Tunable, ...]:
+        cores = target.vector_cores
+        blocks = sorted({b for b in (1, 2, 4, 8, 12, 16, 24, 32, 40, 48, cores) if b <= cores})
+        return (
+            Tunable(
+                "tileLength",
+                (256, 512, 1024, 2048, 3072, 4096, 6144, 8192, 12288, 16384),
+                "elements per UB tile",
+            ),
+            Tunable("blockDim", tuple(blocks), "blocks (vector cores) launched"),
+        )
+
+    def _block_length(self, tiling: Tiling, shape: Shape) -> int:
+        return round_up(ceil_div(shape["N"], tiling["blockDim"]), ALIGN)
+
+    def footprint(
+        self, tiling: Tiling, shape: Shape, dtype: str, target: TargetProfile
+    ) -> Footprint:
+        tile, size, buffers = tiling["tileLength"], itemsize(dtype), tiling["bufferNum"]
+        ub = 2 * buffers * align32(tile * size)  # in and out queues
+        ub += 2 * align32(tile * 4)  # hash (uint32) and mask (float) scratch
+        if dtype != "float32":
+            ub += align32(tile * size)  # the mask cast to the data type
+        return Footprint(ub=ub)
+
+    def rules(self, tiling: Tiling, shape: Shape, dtype: str, target: TargetProfile) -> list[str]:
+        reasons = []
+        if tiling["tileLength"] % ALIGN:
+            reasons.append(f"tileLength {tiling['tileLength']} is not a multiple of {ALIGN}")
+        if tiling["bufferNum"] not in (1, 2):
+            reasons.append("bufferNum must be 1 or 2")
+        blocks = tiling["blockDim"]
+        if not 1 <= blocks <= target.vector_cores:
+            reasons.append(f"blockDim {blocks} outside 1..{target.vector_cores} vector cores")
+        elif self._block_length(tiling, shape) * (blocks - 1) >= shape["N"]:
+            reasons.append(f"blockDim {blocks} leaves blocks without work for N={shape['N']}")
+        return reasons
+
+    def default_tiling(self, shape: Shape, dtype: str, target: TargetProfile) -> Tiling:
+        # The textbook choice: double buffering, every vector core, the largest power-of-two
+        # tile that fits UB.
+        blocks = max(1, min(target.vector_cores, ceil_div(shape["N"], ALIGN)))
+        while blocks > 1 and round_up(ceil_div(shape["N"], blocks), ALIGN) * (blocks - 1) >= shape["N"]:
+            blocks -= 1
+        tiling = Tiling({"tileLength": ALIGN, "blockDim": blocks, "bufferNum": 2})
+        tile = 1 << 15
+        while tile > ALIGN:
+            candidate = tiling.replace(tileLength=tile)
+            if self.footprint(candidate, shape, dtype, target).ub <= target.ub_usable():
+                return candidate
+            tile //= 2
+        return tiling
+
+    def gm_args(self, shape: Shape, dtype: str) -> tuple[GmArg, ...]:
+        n = shape["N"]
+        return (
+            GmArg("x", "in", n, dtype),
+            GmArg("y", "out", n, dtype),
+            GmArg("workspace", "workspace", 256, "uint8"),
+        )
+
+    def tiling_struct(
+        self, tiling: Tiling, shape: Shape, dtype: str, target: TargetProfile
+    ) -> tuple[StructField, ...]:
+        return (
+            StructField("totalLength", "i", shape["N"]),
+            StructField("blockLength", "i", self._block_length(tiling, shape)),
+            StructField("tileLength", "i", tiling["tileLength"]),
+            StructField("seedMix", "I", seed_mix(SEED)),
+            StructField("scale", "f", SCALE),
+            StructField("dropP", "f", DROP_P),
+            StructField("keepScale", "f", 1.0 / (1.0 - DROP_P)),
+        )
+
+    def block_dim(self, tiling: Tiling, shape: Shape, dtype: str, target: TargetProfile) -> int:
+        return tiling["blockDim"]
+
+    def make_inputs(
+        self, shape: Shape, dtype: str, rng: np.random.Generator
+    ) -> dict[str, np.ndarray]:
+        x = rng.uniform(-2.0, 2.0, size=shape["N"]).astype(NUMPY_DTYPES[dtype])
+        return {"x": x}
+
+    def reference(
+        self, inputs: Mapping[str, np.ndarray], shape: Shape, dtype: str
+    ) -> dict[str, np.ndarray]:
+        t = NUMPY_DTYPES[dtype]
+        x = inputs["x"]
+        mask = keep_mask(shape["N"], SEED, DROP_P).astype(t)
+        y = np.maximum(x * t(SCALE), t(0)) * mask
+        y = y * t(np.float32(1.0 / (1.0 - DROP_P)))
+        return {"y": y.astype(t)}
+
+    def tolerance(self, dtype: str, shape: Shape) -> tuple[float, float]:
+        return (1e-6, 1e-6) if dtype == "float32" else (2e-3, 2e-3)
+
+    def traffic(self, shape: Shape, dtype: str) -> Traffic:
+        n, size = shape["N"], itemsize(dtype)
+        # Unfused: Muls, Relu, DropOutGenMask (writes a byte mask), DropOutDoMask (reads x and
+        # the mask, writes y): x and y cross GM three times, plus the mask twice.
+        unfused = 3 * 2 * n * size + 2 * n
+        return Traffic(fused_bytes=2 * n * size, unfused_bytes=unfused, flops=4 * n,
+                       unfused_kernels=4)  # fmt: skip
+
+
+SPEC = ScaleReluDropout()

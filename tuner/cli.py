@@ -1,0 +1,229 @@
+"""The ``tilewise`` command.
+
+Bad input (an unknown op, dim, dtype or target, a malformed shape, a budget below one, an
+unreachable database) ends with one line on stderr naming the problem and exit code 2, before
+anything is written.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Annotated, NoReturn
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from tuner.errors import InputError, TilewiseError
+from tuner.settings import Settings, get_settings
+from tuner.types import Shape
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Autotune tiling parameters of fused Ascend C kernels.",
+    pretty_exceptions_enable=False,
+)
+db_app = typer.Typer(help="Database schema commands.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+
+out = Console()
+err = Console(stderr=True)
+
+ShapeOpt = Annotated[str, typer.Option("--shape", help="Dims, e.g. M=1024,N=1024,K=1024.")]
+DtypeOpt = Annotated[str, typer.Option("--dtype", help="float32 or float16.")]
+TargetOpt = Annotated[str, typer.Option("--target", help="cpu-twin or an Ascend SoC profile.")]
+DbOpt = Annotated[str | None, typer.Option("--db", help="SQLAlchemy URL; default from settings.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
+
+
+def _fail(message: str) -> NoReturn:
+    err.print(f"error: {message}", markup=False, highlight=False, soft_wrap=True)
+    raise typer.Exit(2)
+
+
+def _settings(db: str | None) -> Settings:
+    settings = get_settings()
+    return settings.model_copy(update={"db_url": db}) if db else settings
+
+
+def _workload_inputs(op: str, shape: str, dtype: str, target: str, settings: Settings):  # type: ignore[no-untyped-def]
+    from kernels.ops import get_op
+    from kernels.targets import get_target
+
+    spec = get_op(op)
+    parsed = spec.validate_shape(Shape.parse(shape), max_elements=settings.max_elements)
+    return spec, parsed, spec.validate_dtype(dtype), get_target(target)
+
+
+@app.command()
+def ops(as_json: JsonOpt = False) -> None:
+    """List the ops with their dims, dtypes and tunables."""
+    from kernels.ops import list_ops
+    from kernels.targets import twin_target
+
+    target = twin_target()
+    rows = []
+    for spec in list_ops():
+        unit = Shape({d: 1024 for d in spec.dims})
+        tunables = spec.tunables(unit, spec.dtypes[0], target)
+        rows.append({
+            "op": spec.name, "summary": spec.summary, "dims": list(spec.dims),
+            "dtypes": list(spec.dtypes), "tunables": [t.to_dict() for t in tunables],
+        })  # fmt: skip
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return
+    table = Table("op", "dims", "dtypes", "tunables (compile-time marked *)", title="tilewise ops")
+    for row in rows:
+        names = ", ".join(
+            t["name"] + ("*" if t["compile_time"] else "")  # type: ignore[index, operator]
+            for t in row["tunables"]  # type: ignore[attr-defined]
+        )
+        table.add_row(str(row["op"]), ",".join(row["dims"]), ",".join(row["dtypes"]), names)  # type: ignore[arg-type]
+    out.print(table)
+
+
+@app.command()
+def tune(
+    op: Annotated[str, typer.Argument(help="Op name, see `tilewise ops`.")],
+    shape: ShapeOpt,
+    dtype: DtypeOpt = "float32",
+    target: TargetOpt = "cpu-twin",
+    budget: Annotated[int, typer.Option(help="Measured evaluations.")] = 40,
+    seconds: Annotated[float | None, typer.Option(help="Stop after this many seconds.")] = None,
+    seed: Annotated[int | None, typer.Option(help="Sampler seed.")] = None,
+    db: DbOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Tune OP for one shape; store and print the best tiling and its speedup."""
+    settings = _settings(db)
+    try:
+        spec, parsed, dtype, profile = _workload_inputs(op, shape, dtype, target, settings)
+        if not 1 <= budget <= settings.max_budget:
+            raise InputError(f"budget must be between 1 and {settings.max_budget}, got {budget}")
+        if seconds is not None and seconds <= 0:
+            raise InputError(f"seconds must be positive, got {seconds}")
+        if profile.backend != "cpu-twin":
+            raise InputError(
+                f"target {profile.name} needs the ascend backend, which is not available in this "
+                "build; tune on cpu-twin (its on-chip sizes are those of Ascend910B1)"
+            )
+        from kernels.backends import create_backend
+        from tuner import store
+        from tuner.search import Budget, Tuner
+
+        db_handle = store.open_store(settings.db_url)
+        backend = create_backend(profile.backend)
+    except TilewiseError as exc:
+        _fail(str(exc))
+
+    with backend:
+        tuner = Tuner(spec=spec, shape=parsed, dtype=dtype, target=profile, backend=backend,
+                      db=db_handle, settings=settings)  # fmt: skip
+        columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                   TextColumn("{task.fields[info]}"), TimeElapsedColumn())  # fmt: skip
+        with Progress(*columns, console=err, transient=as_json) as bar:
+            task = bar.add_task(f"tuning {spec.name} {parsed}", total=budget, info="")
+
+            def show(p):  # type: ignore[no-untyped-def]
+                best = f"{p.best_us:.1f} us" if p.best_us is not None else "-"
+                bar.update(task, completed=p.evaluations,
+                           info=f"best {best} | infeasible {p.infeasible} | failed {p.failed}")  # fmt: skip
+
+            result = tuner.run(Budget(budget, seconds), seed=seed, on_progress=show)
+    db_handle.close()
+
+    if as_json:
+        print(json.dumps(result.to_dict()))
+        return
+    if result.best is None:
+        _fail("no tiling ran successfully; see `tilewise show` and the records for reasons")
+    table = Table(title=f"{spec.name} {parsed} {dtype} on {profile.name}")
+    table.add_column("")
+    table.add_column("tiling")
+    table.add_column("latency", justify="right")
+    table.add_row("best", json.dumps(dict(result.best.tiling)), f"{result.best.latency_us:.1f} us")
+    if result.default:
+        table.add_row("default", json.dumps(dict(result.default.tiling)),
+                      f"{result.default.latency_us:.1f} us")  # fmt: skip
+    out.print(table)
+    p = result.progress
+    speed = f"{result.speedup:.2f}x" if result.speedup else "n/a"
+    out.print(
+        f"speedup over the default tiling: [bold]{speed}[/bold]  |  {p.evaluations} evaluations, "
+        f"{p.rejected_static} rejected before compiling, {p.rejected_build} after building, "
+        f"{p.failed} failed, {result.seconds:.1f} s"
+    )
+
+
+@app.command()
+def show(
+    op: Annotated[str, typer.Argument(help="Op name.")],
+    shape: ShapeOpt,
+    dtype: DtypeOpt = "float32",
+    target: TargetOpt = "cpu-twin",
+    db: DbOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Show the stored best tiling of a workload."""
+    from tuner import store
+    from tuner.types import Workload
+
+    settings = _settings(db)
+    try:
+        spec, parsed, dtype, profile = _workload_inputs(op, shape, dtype, target, settings)
+        db_handle = store.open_store(settings.db_url, create=False)
+        workload = Workload(spec.name, spec.version, profile.name, dtype, parsed)
+        with db_handle.session() as s:
+            row = store.find_workload(s, key=workload.key)
+            best = store.get_tiling(s, workload_id=row.id) if row else None
+        db_handle.close()
+    except TilewiseError as exc:
+        _fail(str(exc))
+    if best is None:
+        if as_json:
+            print(json.dumps({"workload": workload.to_dict(), "tuned": False}))
+        else:
+            out.print(f"{spec.name} {parsed} {dtype} on {profile.name}: not tuned "
+                      f"(run `tilewise tune {spec.name} --shape {parsed.key()}`)")  # fmt: skip
+        raise typer.Exit(1)
+    result = {
+        "workload": workload.to_dict(), "tuned": True, "tiling": best.tiling,
+        "latency_us": best.latency_us, "default_latency_us": best.default_latency_us,
+        "speedup": best.speedup, "evaluations": best.evaluations,
+    }  # fmt: skip
+    if as_json:
+        print(json.dumps(result))
+    else:
+        speed = f"{best.speedup:.2f}x" if best.speedup else "n/a"
+        out.print(f"{spec.name} {parsed} {dtype} on {profile.name}: {json.dumps(best.tiling)}")
+        out.print(f"latency {best.latency_us:.1f} us, speedup over default {speed}, "
+                  f"{best.evaluations} evaluations")  # fmt: skip
+
+
+@db_app.command("upgrade")
+def db_upgrade(db: DbOpt = None) -> None:
+    """Migrate the database schema to the newest revision."""
+    from tuner import store
+
+    settings = _settings(db)
+    try:
+        store.migrate(settings.db_url)
+    except TilewiseError as exc:
+        _fail(str(exc))
+    out.print("database is at the newest revision")
+
+
+def main() -> None:
+    try:
+        app()
+    except TilewiseError as exc:  # anything not caught closer to its cause
+        err.print(f"error: {exc}", markup=False, highlight=False)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

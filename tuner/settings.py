@@ -1,0 +1,75 @@
+"""The one settings object shared by the CLI, the API and the workers.
+
+Every field can be set from the environment with the ``TILEWISE_`` prefix (``TILEWISE_DB_URL``,
+``TILEWISE_MAX_LOOP_SPILLS`` ...) or from a ``.env`` file in the working directory.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def _data_home() -> Path:
+    return Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "tilewise"
+
+
+def _cache_home() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tilewise"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="TILEWISE_", env_file=".env", extra="ignore")
+
+    db_url: str = Field(
+        default_factory=lambda: f"sqlite:///{_data_home() / 'tilewise.db'}",
+        description="SQLAlchemy URL of the database holding records, tilings, jobs and studies.",
+    )
+    cache_dir: Path = Field(
+        default_factory=_cache_home, description="Where built kernel variants are kept."
+    )
+
+    # Build
+    compiler: str = Field(
+        default="auto", description="C++ compiler for the cpu-twin: auto, or a path/name."
+    )
+    build_timeout_s: float = Field(default=180.0, gt=0)
+    max_loop_spills: int = Field(
+        default=32,
+        ge=0,
+        description="Register spills inside loops (clang -Rpass-missed=regalloc) above which a "
+        "variant is rejected.",
+    )
+    max_stack_bytes: int = Field(
+        default=32 * 1024,
+        ge=0,
+        description="Largest stack frame of a variant (-fstack-usage); 910B allows 32 KiB/core.",
+    )
+
+    # Run and measure
+    runner_threads: int = Field(default=0, ge=0, description="0 = one per host core.")
+    run_timeout_s: float = Field(default=60.0, gt=0, description="A launch slower is a hang.")
+    warmup: int = Field(default=1, ge=0)
+    repeats: int = Field(default=7, ge=1)
+    max_measure_s: float = Field(default=2.0, gt=0, description="Stop repeating after this.")
+    remeasure_top: int = Field(default=3, ge=0, description="Best tilings re-measured at the end.")
+
+    # Bounds on requests
+    max_budget: int = Field(default=5000, ge=1)
+    max_elements: int = Field(
+        default=1 << 28, ge=1, description="Largest tensor (elements) a request may ask for."
+    )
+
+    @field_validator("cache_dir")
+    @classmethod
+    def _expand(cls, value: Path) -> Path:
+        return value.expanduser()
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return Settings()

@@ -1,0 +1,150 @@
+"""Frozen value objects shared by every layer: shapes, tilings and workloads."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from tuner.errors import InputError
+
+DTYPES: tuple[str, ...] = ("float32", "float16")
+DTYPE_BYTES: dict[str, int] = {"float32": 4, "float16": 2}
+
+#: The largest extent accepted for one dimension: far past any real operator, small enough
+#: that products of dims stay exact and allocations stay sane.
+MAX_DIM = 1 << 24
+
+
+def canonical_json(obj: Any) -> str:
+    """Stable JSON text: sorted keys, no spaces. Used for keys and hashes."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class Shape(Mapping[str, int]):
+    """Named dimensions of one problem, e.g. ``Shape({"M": 1024, "N": 1024, "K": 1024})``."""
+
+    dims: tuple[tuple[str, int], ...]
+
+    def __init__(self, dims: Mapping[str, int] | tuple[tuple[str, int], ...]) -> None:
+        items = dims.items() if isinstance(dims, Mapping) else dims
+        object.__setattr__(self, "dims", tuple(sorted((str(k), int(v)) for k, v in items)))
+
+    def __getitem__(self, key: str) -> int:
+        for name, value in self.dims:
+            if name == key:
+                return value
+        raise KeyError(key)
+
+    def __iter__(self) -> Iterator[str]:
+        return (name for name, _ in self.dims)
+
+    def __len__(self) -> int:
+        return len(self.dims)
+
+    def __hash__(self) -> int:
+        return hash(self.dims)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Shape):
+            return self.dims == other.dims
+        if isinstance(other, Mapping):
+            return dict(self.dims) == dict(other)
+        return NotImplemented
+
+    def key(self) -> str:
+        """``"K=3,M=1,N=17"``: the text form, also what ``parse`` reads."""
+        return ",".join(f"{k}={v}" for k, v in self.dims)
+
+    def __str__(self) -> str:
+        return self.key()
+
+    @classmethod
+    def parse(cls, text: str) -> Shape:
+        """Read ``"M=1024,N=1024,K=1024"``; names are case-sensitive."""
+        dims: dict[str, int] = {}
+        for part in text.replace(" ", "").split(","):
+            if not part:
+                continue
+            name, sep, value = part.partition("=")
+            if not sep or not name:
+                raise InputError(f"shape: expected NAME=VALUE, got {part!r}")
+            try:
+                dims[name] = int(value)
+            except ValueError:
+                raise InputError(f"shape: {name} must be an integer, got {value!r}") from None
+        if not dims:
+            raise InputError("shape: no dimensions given (expected e.g. M=1024,N=1024,K=1024)")
+        return cls(dims)
+
+
+@dataclass(frozen=True)
+class Tiling(Mapping[str, int]):
+    """The tunable values of one kernel variant: runtime fields and compile-time choices."""
+
+    values: tuple[tuple[str, int], ...]
+
+    def __init__(self, values: Mapping[str, int] | tuple[tuple[str, int], ...]) -> None:
+        items = values.items() if isinstance(values, Mapping) else values
+        object.__setattr__(self, "values", tuple(sorted((str(k), int(v)) for k, v in items)))
+
+    def __getitem__(self, key: str) -> int:
+        for name, value in self.values:
+            if name == key:
+                return value
+        raise KeyError(key)
+
+    def __iter__(self) -> Iterator[str]:
+        return (name for name, _ in self.values)
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def __hash__(self) -> int:
+        return hash(self.values)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Tiling):
+            return self.values == other.values
+        if isinstance(other, Mapping):
+            return dict(self.values) == dict(other)
+        return NotImplemented
+
+    def key(self) -> str:
+        return canonical_json(dict(self.values))
+
+    def replace(self, **changes: int) -> Tiling:
+        return Tiling({**dict(self.values), **changes})
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What is tuned: one op (at one version) on one target, dtype and shape."""
+
+    op: str
+    op_version: str
+    target: str
+    dtype: str
+    shape: Shape
+    key: str = field(init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        text = f"{self.op}|{self.op_version}|{self.target}|{self.dtype}|{self.shape.key()}"
+        object.__setattr__(self, "key", hashlib.sha256(text.encode()).hexdigest()[:32])
+
+    @property
+    def study_name(self) -> str:
+        return f"tilewise-{self.op}-{self.key}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "op": self.op,
+            "op_version": self.op_version,
+            "target": self.target,
+            "dtype": self.dtype,
+            "shape": dict(self.shape),
+            "key": self.key,
+        }
