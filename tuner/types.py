@@ -85,39 +85,39 @@ class Shape(Mapping[str, int]):
 class Tiling(Mapping[str, int]):
     """The tunable values of one kernel variant: runtime fields and compile-time choices."""
 
-    values: tuple[tuple[str, int], ...]
+    entries: tuple[tuple[str, int], ...]
 
     def __init__(self, values: Mapping[str, int] | tuple[tuple[str, int], ...]) -> None:
         items = values.items() if isinstance(values, Mapping) else values
-        object.__setattr__(self, "values", tuple(sorted((str(k), int(v)) for k, v in items)))
+        object.__setattr__(self, "entries", tuple(sorted((str(k), int(v)) for k, v in items)))
 
     def __getitem__(self, key: str) -> int:
-        for name, value in self.values:
+        for name, value in self.entries:
             if name == key:
                 return value
         raise KeyError(key)
 
     def __iter__(self) -> Iterator[str]:
-        return (name for name, _ in self.values)
+        return (name for name, _ in self.entries)
 
     def __len__(self) -> int:
-        return len(self.values)
+        return len(self.entries)
 
     def __hash__(self) -> int:
-        return hash(self.values)
+        return hash(self.entries)
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Tiling):
-            return self.values == other.values
+            return self.entries == other.entries
         if isinstance(other, Mapping):
-            return dict(self.values) == dict(other)
+            return dict(self.entries) == dict(other)
         return NotImplemented
 
     def key(self) -> str:
-        return canonical_json(dict(self.values))
+        return canonical_json(dict(self.entries))
 
     def replace(self, **changes: int) -> Tiling:
-        return Tiling({**dict(self.values), **changes})
+        return Tiling({**dict(self.entries), **changes})
 
 
 @dataclass(frozen=True)

@@ -121,10 +121,7 @@ def make_sampler(seed: int | None) -> optuna.samplers.BaseSampler:
 
 
 def optuna_storage(url: str) -> optuna.storages.RDBStorage:
-    kwargs: dict[str, Any] = {}
-    if url.startswith("sqlite"):
-        kwargs = {"connect_args": {"timeout": 60}}
-    return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
+    return optuna.storages.RDBStorage(url, engine_kwargs=store.optuna_engine_kwargs(url))
 
 
 class Tuner:
@@ -172,6 +169,14 @@ class Tuner:
         if key not in self._builds:
             self._builds[key] = self.backend.build(self.spec, defines)
         return self._builds[key]
+
+    def _all_variants_rejected(self) -> bool:
+        variants = 1
+        for tunable in self.spec.compile_tunables:
+            variants *= len(tunable.values)
+        rejected = [b for b in self._builds.values()
+                    if not b.ok or any(v > 0 for v in b.violations(self.limits).values())]  # fmt: skip
+        return len(rejected) >= variants
 
     def evaluate(
         self, tiling: Tiling, *, source: str, progress: Progress, trial: int | None = None
@@ -230,9 +235,29 @@ class Tuner:
             if outcome.status == "ok" and (progress.best_us is None or outcome.latency_us < progress.best_us):  # type: ignore[operator]
                 progress.best_us = outcome.latency_us
         optuna.logging.set_verbosity(optuna.logging.WARNING)
+        storage = optuna_storage(self.db.url)
+        try:
+            self._search(storage, budget, progress, started, seed, on_progress, should_stop)
+        finally:
+            storage.engine.dispose()
+        default = self.spec.default_tiling(self.shape, self.dtype, self.target)
+        best, default_measured = self.finish(default)
+        return TuneResult(self.workload, best, default_measured, progress,
+                          time.monotonic() - started)  # fmt: skip
+
+    def _search(
+        self,
+        storage: optuna.storages.RDBStorage,
+        budget: Budget,
+        progress: Progress,
+        started: float,
+        seed: int | None,
+        on_progress: Callable[[Progress], None] | None,
+        should_stop: Callable[[], bool] | None,
+    ) -> None:
         study = optuna.create_study(
-            study_name=self.workload.study_name, storage=optuna_storage(self.db.url),
-            sampler=make_sampler(seed), direction="minimize", load_if_exists=True,
+            study_name=self.workload.study_name, storage=storage, sampler=make_sampler(seed),
+            direction="minimize", load_if_exists=True,
         )  # fmt: skip
         dists = distributions(self.tunables)
         default = self.spec.default_tiling(self.shape, self.dtype, self.target)
@@ -245,6 +270,9 @@ class Tuner:
             if budget.seconds is not None and time.monotonic() - started > budget.seconds:
                 break
             if should_stop is not None and should_stop():
+                break
+            if self._all_variants_rejected():
+                log.warning("every compile-time variant is rejected after its build: stopping")
                 break
             proposals += 1
             trial = study.ask(dists)
@@ -269,10 +297,6 @@ class Tuner:
             study.tell(trial, outcome.latency_us if outcome.latency_us is not None else NO_TIME)
             if on_progress is not None:
                 on_progress(progress)
-
-        best, default_measured = self.finish(default)
-        return TuneResult(self.workload, best, default_measured, progress,
-                          time.monotonic() - started)  # fmt: skip
 
     def finish(self, default: Tiling) -> tuple[Measured | None, Measured | None]:
         """Re-measure the best few and the default side by side; store the winner."""

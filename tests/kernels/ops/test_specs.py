@@ -15,15 +15,24 @@ from tuner.errors import InputError
 from tuner.types import Shape, Tiling
 
 SHAPES = {
-    "linear_add_gelu": ["M=1,N=17,K=3", "M=33,N=40,K=70", "M=1024,N=1024,K=1024", "M=128,N=4096,K=4096"],
+    "linear_add_gelu": [
+        "M=1,N=17,K=3",
+        "M=33,N=40,K=70",
+        "M=1024,N=1024,K=1024",
+        "M=128,N=4096,K=4096",
+    ],
     "scale_relu_dropout": ["N=1", "N=1000", "N=1000003", "N=16777216"],
 }
 
 
 @pytest.mark.parametrize("target", ["cpu-twin", *BUILTIN])
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
-@pytest.mark.parametrize(("op", "shape"), [(op, s) for op, shapes in SHAPES.items() for s in shapes])
-def test_default_tiling_is_valid_and_in_the_space(op: str, shape: str, dtype: str, target: str) -> None:
+@pytest.mark.parametrize(
+    ("op", "shape"), [(op, s) for op, shapes in SHAPES.items() for s in shapes]
+)
+def test_default_tiling_is_valid_and_in_the_space(
+    op: str, shape: str, dtype: str, target: str
+) -> None:
     spec, profile = get_op(op), get_target(target)
     parsed = spec.validate_shape(Shape.parse(shape))
     default = spec.default_tiling(parsed, dtype, profile)
@@ -55,7 +64,9 @@ def test_bad_shapes_are_named(shape: dict[str, int], message: str) -> None:
 
 def test_absurd_tensor_is_refused() -> None:
     with pytest.raises(InputError, match="elements, above the limit"):
-        get_op("linear_add_gelu").validate_shape({"M": 1 << 20, "N": 1 << 20, "K": 8}, max_elements=1 << 28)
+        get_op("linear_add_gelu").validate_shape(
+            {"M": 1 << 20, "N": 1 << 20, "K": 8}, max_elements=1 << 28
+        )
 
 
 def test_unknown_dtype() -> None:
@@ -85,20 +96,39 @@ def test_cube_limits_follow_the_vendor_table() -> None:
     assert any(r.startswith("L0B overflow: needs 131072 B, limit 65536 B") for r in reasons)
     # L0C: dbL0C 2 x 256 x 256 x 4 B = 512 KiB > 128 KiB
     big = base.replace(baseM=256, baseN=256, dbL0C=2, baseK=16)
-    assert any(r.startswith("L0C overflow") for r in spec.check(big, shape, "float32", target).reasons)
+    assert any(
+        r.startswith("L0C overflow") for r in spec.check(big, shape, "float32", target).reasons
+    )
     odd = base.replace(depthA1=2, stepM=4)
-    assert "depthA1 2 is not a multiple of stepM" in spec.check(odd, shape, "float32", target).reasons
-    too_many = base.replace(singleCoreM=min(v for t in spec.tunables(shape, "float32", target)
-                                            if t.name == "singleCoreM" for v in t.values),
-                            singleCoreN=min(v for t in spec.tunables(shape, "float32", target)
-                                            if t.name == "singleCoreN" for v in t.values))
+    assert (
+        "depthA1 2 is not a multiple of stepM" in spec.check(odd, shape, "float32", target).reasons
+    )
+    too_many = base.replace(
+        singleCoreM=min(
+            v
+            for t in spec.tunables(shape, "float32", target)
+            if t.name == "singleCoreM"
+            for v in t.values
+        ),
+        singleCoreN=min(
+            v
+            for t in spec.tunables(shape, "float32", target)
+            if t.name == "singleCoreN"
+            for v in t.values
+        ),
+    )
     assert any("cores" in r for r in spec.check(too_many, shape, "float32", target).reasons)
 
 
 def test_tiling_fields_must_match_the_tunables() -> None:
     spec, target = get_op("scale_relu_dropout"), twin_target()
     with pytest.raises(InputError, match="missing bufferNum; unknown tile"):
-        spec.check(Tiling({"tileLength": 256, "blockDim": 1, "tile": 3}), Shape({"N": 10}), "float32", target)
+        spec.check(
+            Tiling({"tileLength": 256, "blockDim": 1, "tile": 3}),
+            Shape({"N": 10}),
+            "float32",
+            target,
+        )
 
 
 def test_a_good_share_of_the_matmul_space_is_infeasible() -> None:

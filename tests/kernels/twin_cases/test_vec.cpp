@@ -1,0 +1,161 @@
+// Vector ops against scalar references: float, half (rounded per op), int32 wraparound, casts.
+#include <vector>
+
+#include "check.h"
+
+using namespace AscendC;
+
+constexpr int N = 200;
+
+struct Ub {
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> bufs[4];
+    Ub() { for (auto& b : bufs) pipe.InitBuffer(b, N * 4); }
+    template <typename T>
+    LocalTensor<T> Get(int i) { return bufs[i].Get<T>(N); }
+};
+
+static float Val(int i) { return (i - N / 2) * 0.37f + 0.01f * (i % 7); }
+
+static void FloatOps()
+{
+    FreshCore();
+    Ub ub;
+    auto a = ub.Get<float>(0), b = ub.Get<float>(1), d = ub.Get<float>(2);
+    for (int i = 0; i < N; ++i) { a.SetValue(i, Val(i)); b.SetValue(i, 1.5f + 0.25f * (i % 5)); }
+    Add(d, a, b, N);
+    for (int i = 0; i < N; ++i) CHECK(d.GetValue(i) == a.GetValue(i) + b.GetValue(i), "Add %d", i);
+    Div(d, a, b, N);
+    for (int i = 0; i < N; ++i) CHECK(d.GetValue(i) == a.GetValue(i) / b.GetValue(i), "Div %d", i);
+    Muls(d, a, 3.0f, N);
+    Relu(d, d, N);  // in place
+    for (int i = 0; i < N; ++i) CHECK(d.GetValue(i) == std::max(a.GetValue(i) * 3.0f, 0.0f), "Muls+Relu %d", i);
+    LeakyRelu(d, a, 0.1f, N);
+    for (int i = 0; i < N; ++i) {
+        float x = a.GetValue(i);
+        CHECK(d.GetValue(i) == (x >= 0 ? x : x * 0.1f), "LeakyRelu %d", i);
+    }
+    Exp(d, a, N);
+    for (int i = 0; i < N; ++i) CHECK(Close(d.GetValue(i), std::exp(double(a.GetValue(i))), 4e-7, 0), "Exp %d", i);
+    Gelu(d, a, N);
+    for (int i = 0; i < N; ++i) {
+        double x = a.GetValue(i);
+        double want = x / (1 + std::exp(-1.5957691 * (x + 0.044715 * x * x * x)));
+        CHECK(Close(d.GetValue(i), want, 1e-6, 1e-30), "Gelu %d: %g vs %g", i, d.GetValue(i), want);
+    }
+    SwiGLU(d, a, b, 1.0f, N);
+    for (int i = 0; i < N; ++i) {
+        double g = b.GetValue(i), want = a.GetValue(i) * g / (1 + std::exp(-g));
+        CHECK(Close(d.GetValue(i), want, 1e-6, 1e-30), "SwiGLU %d", i);
+    }
+    Mins(d, a, 1.0f, N);
+    Maxs(d, d, 0.0f, N);
+    for (int i = 0; i < N; ++i) CHECK(d.GetValue(i) == std::min(std::max(a.GetValue(i), 0.0f), 1.0f), "clamp %d", i);
+    ReduceSum(d, b, ub.Get<float>(3), N);
+    double sum = 0;
+    for (int i = 0; i < N; ++i) sum += b.GetValue(i);
+    CHECK(Close(d.GetValue(0), sum, 1e-6, 0), "ReduceSum %g vs %g", d.GetValue(0), sum);
+    ReduceMax(d, a, ub.Get<float>(3), N, true);
+    uint32_t idx;
+    std::memcpy(&idx, d.TwData() + 1, 4);
+    CHECK(d.GetValue(0) == a.GetValue(N - 1) && idx == N - 1, "ReduceMax %g at %u", d.GetValue(0), idx);
+    EXPECT_ERROR(Add(d, a, b, N + 1), "201 elements exceed the LocalTensor size 200");
+    Pass("float_ops");
+}
+
+static void HalfOpsRoundPerOp()
+{
+    FreshCore();
+    Ub ub;
+    auto a = ub.Get<half>(0), b = ub.Get<half>(1), d = ub.Get<half>(2);
+    for (int i = 0; i < N; ++i) { a.SetValue(i, half(Val(i))); b.SetValue(i, half(0.3f + 0.013f * i)); }
+    Mul(d, a, b, N);
+    for (int i = 0; i < N; ++i) {
+        half want = half(float(a.GetValue(i)) * float(b.GetValue(i)));
+        CHECK(d.GetValue(i) == want, "Mul %d", i);
+    }
+    Adds(d, a, half(0.1f), N);
+    for (int i = 0; i < N; ++i) CHECK(d.GetValue(i) == half(float(a.GetValue(i)) + float(half(0.1f))), "Adds %d", i);
+    Sqrt(d, b, N);
+    for (int i = 0; i < N; ++i) CHECK(d.GetValue(i) == half(std::sqrt(float(b.GetValue(i)))), "Sqrt %d", i);
+    Pass("half_ops_round_per_op");
+}
+
+static void IntegerWraparound()
+{
+    FreshCore();
+    Ub ub;
+    auto a = ub.Get<int32_t>(0), b = ub.Get<int32_t>(1), d = ub.Get<int32_t>(2);
+    auto u = ub.Get<uint32_t>(3);
+    CreateVecIndex(a, INT32_MAX - 5, N);
+    CHECK(a.GetValue(6) == INT32_MIN, "CreateVecIndex wraps: %d", a.GetValue(6));
+    Duplicate(b, 7, N);
+    Add(d, a, b, N);
+    CHECK(d.GetValue(0) == INT32_MIN + 1, "Add wraps: %d", d.GetValue(0));
+    Muls(d, a, 3, N);
+    CHECK(d.GetValue(0) == int32_t(uint32_t(INT32_MAX - 5) * 3u), "Muls wraps");
+    ShiftRight(d, b, 1, N);
+    CHECK(d.GetValue(0) == 3, "ShiftRight");
+    Duplicate(d, -8, N);
+    ShiftRight(d, d, 1, N);
+    CHECK(d.GetValue(0) == -4, "arithmetic ShiftRight on int32: %d", d.GetValue(0));
+    Duplicate(u, 0xFFFFFFF0u, N);
+    Adds(u, u, 0x20u, N);
+    CHECK(u.GetValue(0) == 0x10u, "uint32 Adds wraps");
+    Muls(u, u, 0x85EBCA6Bu, N);
+    CHECK(u.GetValue(0) == uint32_t(0x10u * 0x85EBCA6Bu), "uint32 Muls wraps");
+    Duplicate(u, 0x80000000u, N);
+    ShiftRight(u, u, 13u, N);
+    CHECK(u.GetValue(0) == 0x80000000u >> 13, "logical ShiftRight on uint32");
+    ShiftLeft(u, u, 13u, N);
+    CHECK(u.GetValue(0) == 0x80000000u, "ShiftLeft");
+    Max(d, a, b, N);
+    CHECK(d.GetValue(6) == 7 && d.GetValue(0) == INT32_MAX - 5, "signed Max");
+    Pass("integer_wraparound");
+}
+
+static void CastModes()
+{
+    FreshCore();
+    Ub ub;
+    auto f = ub.Get<float>(0), g = ub.Get<float>(1);
+    auto h = ub.Get<half>(2);
+    auto i32 = ub.Get<int32_t>(3);
+    const float in[6] = {1.0f + 1.0f / 4096, -1.0f - 1.0f / 4096, 2.5f, -2.5f, 1.0f + 3.0f / 4096, 65519.0f};
+    for (int i = 0; i < 6; ++i) f.SetValue(i, in[i]);
+    Cast(h, f, RoundMode::CAST_NONE, 6);
+    CHECK(h.GetValue(0) == half(1.0f) && h.GetValue(4) == half(1.0f + 4.0f / 4096), "RINT ties to even");
+    Cast(h, f, RoundMode::CAST_FLOOR, 6);
+    CHECK(h.GetValue(0) == half(1.0f) && h.GetValue(1) == half(-1.0f - 2.0f / 2048 / 2 * 2), "FLOOR");
+    Cast(h, f, RoundMode::CAST_CEIL, 6);
+    CHECK(float(h.GetValue(0)) == 1.0f + 1.0f / 1024 && h.GetValue(1) == half(-1.0f), "CEIL");
+    Cast(h, f, RoundMode::CAST_ROUND, 6);
+    CHECK(float(h.GetValue(0)) == 1.0f + 1.0f / 1024 && float(h.GetValue(1)) == -1.0f - 1.0f / 1024, "ROUND away");
+    Cast(h, f, RoundMode::CAST_TRUNC, 6);
+    CHECK(h.GetValue(0) == half(1.0f) && h.GetValue(1) == half(-1.0f), "TRUNC");
+    Cast(h, f, RoundMode::CAST_ODD, 6);
+    CHECK(float(h.GetValue(0)) == 1.0f + 1.0f / 1024, "ODD");
+    Cast(i32, f, RoundMode::CAST_RINT, 6);
+    CHECK(i32.GetValue(2) == 2 && i32.GetValue(3) == -2, "RINT to int");
+    Cast(i32, f, RoundMode::CAST_ROUND, 6);
+    CHECK(i32.GetValue(2) == 3 && i32.GetValue(3) == -3, "ROUND to int");
+    Cast(i32, f, RoundMode::CAST_FLOOR, 6);
+    CHECK(i32.GetValue(3) == -3, "FLOOR to int");
+    i32.SetValue(0, (1 << 24) + 1);
+    Cast(g, i32, RoundMode::CAST_NONE, 1);
+    CHECK(g.GetValue(0) == float(1 << 24), "int32 -> float RINT");
+    Cast(g, i32, RoundMode::CAST_CEIL, 1);
+    CHECK(g.GetValue(0) == float((1 << 24) + 2), "int32 -> float CEIL");
+    Cast(g, h, RoundMode::CAST_NONE, 6);
+    CHECK(g.GetValue(5) == 65504.0f, "half -> float");
+    Pass("cast_modes");
+}
+
+int main()
+{
+    FloatOps();
+    HalfOpsRoundPerOp();
+    IntegerWraparound();
+    CastModes();
+    return 0;
+}

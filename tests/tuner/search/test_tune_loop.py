@@ -1,0 +1,124 @@
+"""The tune loop's protocol, with a fake backend so every call can be counted."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from kernels.backends import Backend, BuildResult, MeasureOptions, RunResult
+from kernels.ops import OpSpec, get_op
+from kernels.targets import TargetProfile, twin_target
+from tuner import store
+from tuner.search import Budget, Tuner
+from tuner.settings import Settings
+from tuner.types import Shape, Tiling
+
+
+class CountingBackend(Backend):
+    """Latency is a fixed function of the tiling; failures for chosen tile lengths."""
+
+    name = "counting"
+
+    def __init__(self, *, crash_tile: int | None = None, spills: int = 0) -> None:
+        self.builds: Counter[str] = Counter()
+        self.runs: Counter[str] = Counter()
+        self.checked: Counter[str] = Counter()
+        self.crash_tile, self.spills = crash_tile, spills
+
+    def build(self, spec: OpSpec, defines: dict[str, str]) -> BuildResult:
+        key = repr(sorted(defines.items()))
+        self.builds[key] += 1
+        return BuildResult(ok=True, key=key, artifact=Path("/nonexistent"), spills=self.spills,
+                           stack_bytes=128)
+
+    def run(self, build: BuildResult, spec: OpSpec, *, shape: Shape, dtype: str,
+            target: TargetProfile, tiling: Tiling, check: bool, measure: MeasureOptions) -> RunResult:
+        self.runs[tiling.key()] += 1
+        self.checked[tiling.key()] += check
+        if tiling["tileLength"] == self.crash_tile:
+            return RunResult("crashed", error="runner died (signal SIGSEGV)")
+        latency = 1000.0 / tiling["blockDim"] + abs(tiling["tileLength"] - 2048) / 100 + tiling["bufferNum"]
+        return RunResult("ok", (latency, latency * 1.01, latency * 0.99))
+
+
+def make_tuner(db: store.Store, backend: Backend, settings: Settings, n: int = 1 << 16) -> Tuner:
+    return Tuner(spec=get_op("scale_relu_dropout"), shape=Shape({"N": n}), dtype="float32",
+                 target=twin_target(), backend=backend, db=db, settings=settings)
+
+
+@pytest.fixture
+def settings(tmp_path: Path, db_url: str) -> Settings:
+    return Settings(db_url=db_url, cache_dir=tmp_path / "cache", remeasure_top=2)
+
+
+def test_default_first_no_tiling_twice_infeasible_never_built(settings: Settings) -> None:
+    db = store.open_store(settings.db_url)
+    backend = CountingBackend()
+    tuner = make_tuner(db, backend, settings)
+    result = tuner.run(Budget(12), seed=1)
+    p = result.progress
+    assert p.evaluations == 12
+    with db.session() as s:
+        records = store.records_for(s, workload_id=tuner.workload_id)
+    searched = [r for r in records if r.source != "remeasure"]
+    assert searched[0].source == "default"
+    assert Tiling(searched[0].tiling) == tuner.spec.default_tiling(tuner.shape, "float32", tuner.target)
+    # Every measured tiling was checked once and measured once during the search.
+    measured = [r for r in searched if r.status == "ok"]
+    assert len(measured) == 12 == len({r.tiling_key for r in measured})
+    assert all(backend.checked[r.tiling_key] == 1 for r in measured)
+    # Infeasible tilings never reached the backend.
+    infeasible = [r for r in searched if r.status == "infeasible"]
+    assert len(infeasible) == p.rejected_static
+    assert all(backend.runs[r.tiling_key] == 0 for r in infeasible)
+    assert all(r.error and "overflow" in r.error or "blockDim" in (r.error or "") for r in infeasible)
+    # Builds are per compile-time key only: bufferNum 1 or 2.
+    assert set(backend.builds.values()) == {1} and len(backend.builds) <= 2
+    # The winner is the fastest re-measured tiling, and the table holds it.
+    assert result.best is not None and result.default is not None
+    with db.session() as s:
+        best = store.get_tiling(s, workload_id=tuner.workload_id)
+    assert best is not None and Tiling(best.tiling) == result.best.tiling
+    assert best.speedup == pytest.approx(result.default.latency_us / result.best.latency_us)
+    assert result.best.latency_us <= result.default.latency_us
+    db.close()
+
+
+def test_resume_does_not_measure_again(settings: Settings) -> None:
+    db = store.open_store(settings.db_url)
+    first = CountingBackend()
+    make_tuner(db, first, settings).run(Budget(6), seed=3)
+    second = CountingBackend()
+    make_tuner(db, second, settings).run(Budget(6), seed=4)
+    searched_again = {k for k, n in second.checked.items() if n}
+    searched_first = {k for k, n in first.checked.items() if n}
+    assert not searched_again & searched_first
+    db.close()
+
+
+def test_failures_are_records_and_the_study_goes_on(settings: Settings) -> None:
+    db = store.open_store(settings.db_url)
+    backend = CountingBackend(crash_tile=2048)
+    tuner = make_tuner(db, backend, settings)
+    result = tuner.run(Budget(15), seed=2)
+    with db.session() as s:
+        crashed = store.records_for(s, workload_id=tuner.workload_id, status="crashed")
+    assert crashed and all("SIGSEGV" in (r.error or "") for r in crashed)
+    assert result.progress.evaluations == 15 and result.best is not None
+    assert result.best.tiling["tileLength"] != 2048
+    db.close()
+
+
+def test_spilling_variants_are_rejected_after_the_build(settings: Settings) -> None:
+    db = store.open_store(settings.db_url)
+    backend = CountingBackend(spills=settings.max_loop_spills + 1)
+    tuner = make_tuner(db, backend, settings)
+    result = tuner.run(Budget(3), seed=0)
+    assert result.best is None and result.progress.evaluations == 0
+    assert result.progress.rejected_build > 0 and not backend.runs
+    with db.session() as s:
+        rejected = store.records_for(s, workload_id=tuner.workload_id, status="infeasible")
+    assert any("spills in loops" in (r.error or "") for r in rejected)
+    db.close()
