@@ -34,6 +34,8 @@ class RunnerProcess:
         self._buffer = b""
 
     def _start(self) -> subprocess.Popen[bytes]:
+        if self._stderr is not None:
+            self._stderr.close()
         self._stderr = tempfile.TemporaryFile()
         self._proc = subprocess.Popen(
             [str(self._binary), "--threads", str(self._threads)],

@@ -1,0 +1,129 @@
+// High-level activation APIs. All compute in float and round once to the destination type.
+#pragma once
+
+#include "vec.h"
+
+// Loops marked TW_IVDEP that cannot vectorize (libm calls, rounding-mode switches) stay scalar.
+#if defined(__clang__)
+#pragma clang diagnostic push
+#pragma clang diagnostic ignored "-Wpass-failed"
+#endif
+
+namespace twin {
+
+template <typename T, typename F>
+inline void Activation(const char* what, const AscendC::LocalTensor<T>& dst, const AscendC::LocalTensor<T>& src,
+                       uint32_t count, F f)
+{
+    static_assert(kFloating<T>, "activation: unsupported data type");
+    CheckLocal(what, dst, count);
+    CheckLocal(what, src, count);
+    T* d = dst.TwData();
+    const T* s = src.TwData();
+    TW_IVDEP
+    for (uint32_t i = 0; i < count; ++i) d[i] = static_cast<T>(f(static_cast<float>(s[i])));
+}
+
+// x * sigmoid(1.5957691 * (x + 0.044715 x^3)), the tanh form of GELU.
+inline float GeluTanh(float x)
+{
+    return x / (1.0f + twin::Exp(-1.5957691f * (x + 0.044715f * x * x * x)));
+}
+
+}  // namespace twin
+
+namespace AscendC {
+
+template <typename T, bool highPrecision = false, bool highPerformance = false>
+inline void Gelu(const LocalTensor<T>& dstLocal, const LocalTensor<T>& srcLocal, const uint32_t dataSize)
+{
+    twin::Activation("Gelu", dstLocal, srcLocal, dataSize, twin::GeluTanh);
+}
+
+template <typename T, bool highPrecision = false, bool highPerformance = false>
+inline void Gelu(const LocalTensor<T>& dstLocal, const LocalTensor<T>& srcLocal,
+                 const LocalTensor<uint8_t>& sharedTmpBuffer, const uint32_t dataSize)
+{
+    (void)sharedTmpBuffer;
+    twin::Activation("Gelu", dstLocal, srcLocal, dataSize, twin::GeluTanh);
+}
+
+template <typename T, bool highPrecision = false, bool highPerformance = false>
+inline void FasterGelu(const LocalTensor<T>& dstLocal, const LocalTensor<T>& srcLocal, const uint32_t dataSize)
+{
+    twin::Activation("FasterGelu", dstLocal, srcLocal, dataSize,
+                     [](float x) { return x / (1.0f + twin::Exp(-1.702f * x)); });
+}
+
+template <typename T, bool highPrecision = false, bool highPerformance = false>
+inline void FasterGelu(const LocalTensor<T>& dstLocal, const LocalTensor<T>& srcLocal,
+                       const LocalTensor<uint8_t>& sharedTmpBuffer, const uint32_t dataSize)
+{
+    (void)sharedTmpBuffer;
+    FasterGelu<T, highPrecision, highPerformance>(dstLocal, srcLocal, dataSize);
+}
+
+template <typename T, bool isReuseSource = false>
+inline void Silu(const LocalTensor<T>& dstLocal, const LocalTensor<T>& srcLocal, uint32_t dataSize)
+{
+    twin::Activation("Silu", dstLocal, srcLocal, dataSize, [](float x) { return x / (1.0f + twin::Exp(-x)); });
+}
+
+template <typename T, bool isReuseSource = false>
+inline void Swish(const LocalTensor<T>& dstLocal, const LocalTensor<T>& srcLocal, uint32_t dataSize,
+                  const T& scalarValue)
+{
+    const float beta = static_cast<float>(scalarValue);
+    twin::Activation("Swish", dstLocal, srcLocal, dataSize,
+                     [beta](float x) { return x / (1.0f + twin::Exp(-beta * x)); });
+}
+
+template <typename T, bool isReuseSource = false>
+inline void Sigmoid(const LocalTensor<T>& dstLocal, const LocalTensor<T>& srcLocal, const uint32_t calCount)
+{
+    twin::Activation("Sigmoid", dstLocal, srcLocal, calCount, [](float x) { return 1.0f / (1.0f + twin::Exp(-x)); });
+}
+
+template <typename T, bool isReuseSource = false>
+inline void Sigmoid(const LocalTensor<T>& dstLocal, const LocalTensor<T>& srcLocal,
+                    const LocalTensor<uint8_t>& sharedTmpBuffer, const uint32_t calCount)
+{
+    (void)sharedTmpBuffer;
+    Sigmoid<T, isReuseSource>(dstLocal, srcLocal, calCount);
+}
+
+// dst = src0 * swish_beta(src1) = src0 * src1 / (1 + exp(-beta * src1)).
+template <typename T, bool isReuseSource = false>
+inline void SwiGLU(const LocalTensor<T>& dstTensor, const LocalTensor<T>& srcTensor0,
+                   const LocalTensor<T>& srcTensor1, const float& scalarValue, const uint32_t calCount)
+{
+    static_assert(twin::kFloating<T>, "SwiGLU: unsupported data type");
+    const char* what = "SwiGLU";
+    twin::CheckLocal(what, dstTensor, calCount);
+    twin::CheckLocal(what, srcTensor0, calCount);
+    twin::CheckLocal(what, srcTensor1, calCount);
+    T* d = dstTensor.TwData();
+    const T* a = srcTensor0.TwData();
+    const T* b = srcTensor1.TwData();
+    const float beta = scalarValue;
+    TW_IVDEP
+    for (uint32_t i = 0; i < calCount; ++i) {
+        float g = static_cast<float>(b[i]);
+        d[i] = static_cast<T>(static_cast<float>(a[i]) * (g / (1.0f + twin::Exp(-beta * g))));
+    }
+}
+
+template <typename T, bool isReuseSource = false>
+inline void SwiGLU(const LocalTensor<T>& dstTensor, const LocalTensor<T>& srcTensor0,
+                   const LocalTensor<T>& srcTensor1, const float& scalarValue,
+                   const LocalTensor<uint8_t>& sharedTmpBuffer, const uint32_t calCount)
+{
+    (void)sharedTmpBuffer;
+    SwiGLU<T, isReuseSource>(dstTensor, srcTensor0, srcTensor1, scalarValue, calCount);
+}
+
+}  // namespace AscendC
+
+#if defined(__clang__)
+#pragma clang diagnostic pop
+#endif

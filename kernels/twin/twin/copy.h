@@ -1,0 +1,181 @@
+// DataCopy and DataCopyPad between GM and the core's local memories.
+//
+// DataCopy moves whole 32 B blocks. Checked mode rejects a count that is not a whole number of
+// blocks; unchecked mode rounds it down silently, as the hardware does. DataCopyPad moves any
+// byte count: its UB side keeps each block 32 B aligned; strides on the GM side are in bytes and on
+// the local side in 32 B blocks (the hardware's convention).
+#pragma once
+
+#include "tensor.h"
+
+namespace AscendC {
+
+struct DataCopyParams {
+    uint16_t blockCount = 1;
+    uint16_t blockLen = 0;   // 32 B blocks
+    uint16_t srcStride = 0;  // gap between blocks, 32 B blocks
+    uint16_t dstStride = 0;
+    DataCopyParams() = default;
+    DataCopyParams(uint16_t count, uint16_t len, uint16_t srcStrideIn, uint16_t dstStrideIn)
+        : blockCount(count), blockLen(len), srcStride(srcStrideIn), dstStride(dstStrideIn) {}
+};
+
+struct DataCopyExtParams {
+    uint16_t blockCount = 1;
+    uint32_t blockLen = 0;   // bytes
+    uint32_t srcStride = 0;  // gap between blocks: bytes on GM, 32 B blocks on the local side
+    uint32_t dstStride = 0;
+    uint32_t rsv = 0;
+    DataCopyExtParams() = default;
+    DataCopyExtParams(uint16_t count, uint32_t len, uint32_t srcStrideIn, uint32_t dstStrideIn,
+                      uint32_t rsvIn = 0)
+        : blockCount(count), blockLen(len), srcStride(srcStrideIn), dstStride(dstStrideIn), rsv(rsvIn) {}
+};
+
+template <typename T>
+struct DataCopyPadExtParams {
+    bool isPad = false;
+    uint8_t leftPadding = 0;   // elements
+    uint8_t rightPadding = 0;  // elements
+    T paddingValue = 0;
+    DataCopyPadExtParams() = default;
+    DataCopyPadExtParams(bool pad, uint8_t left, uint8_t right, T value)
+        : isPad(pad), leftPadding(left), rightPadding(right), paddingValue(value) {}
+};
+
+}  // namespace AscendC
+
+namespace twin {
+
+// Bytes moved by a count-form DataCopy of `count` elements of T.
+template <typename T>
+inline uint64_t CopyBytes(const char* what, uint32_t count)
+{
+    uint64_t bytes = uint64_t(count) * sizeof(T);
+    if (bytes % 32 != 0 && Checked()) {
+        Fail(what, ": count ", count, " x ", sizeof(T), " B = ", bytes,
+             " B is not a multiple of 32 B (hardware rounds down to ", bytes / 32 * 32, " B)");
+    }
+    return bytes / 32 * 32;
+}
+
+// Blocks of `len` bytes; block i at src + i*srcPitch and dst + i*dstPitch.
+inline void CopyBlocks(uint8_t* dst, const uint8_t* src, uint32_t count, uint64_t len,
+                       uint64_t dstPitch, uint64_t srcPitch)
+{
+    for (uint32_t i = 0; i < count; ++i) std::memmove(dst + i * dstPitch, src + i * srcPitch, len);
+}
+
+// Elements spanned by `count` blocks of `len` bytes laid `pitch` bytes apart.
+inline uint64_t Span(uint32_t count, uint64_t len, uint64_t pitch, size_t elem)
+{
+    return count == 0 ? 0 : ((count - 1) * pitch + len + elem - 1) / elem;
+}
+
+}  // namespace twin
+
+namespace AscendC {
+
+template <typename T>
+inline void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const uint32_t count)
+{
+    uint64_t bytes = twin::CopyBytes<T>("DataCopy GM->local", count);
+    twin::CheckLocal("DataCopy GM->local", dst, bytes / sizeof(T));
+    src.TwCheckRange("DataCopy GM->local", bytes / sizeof(T));
+    std::memcpy(dst.TwData(), src.TwData(), bytes);
+}
+
+template <typename T>
+inline void DataCopy(const GlobalTensor<T>& dst, const LocalTensor<T>& src, const uint32_t count)
+{
+    uint64_t bytes = twin::CopyBytes<T>("DataCopy local->GM", count);
+    twin::CheckLocal("DataCopy local->GM", src, bytes / sizeof(T));
+    dst.TwCheckRange("DataCopy local->GM", bytes / sizeof(T));
+    std::memcpy(dst.TwData(), src.TwData(), bytes);
+}
+
+template <typename T>
+inline void DataCopy(const LocalTensor<T>& dst, const LocalTensor<T>& src, const uint32_t count)
+{
+    uint64_t bytes = twin::CopyBytes<T>("DataCopy local->local", count);
+    twin::CheckLocal("DataCopy local->local", dst, bytes / sizeof(T));
+    twin::CheckLocal("DataCopy local->local", src, bytes / sizeof(T));
+    std::memmove(dst.TwData(), src.TwData(), bytes);
+}
+
+template <typename T>
+inline void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const DataCopyParams& p)
+{
+    uint64_t len = uint64_t(p.blockLen) * 32;
+    uint64_t srcPitch = len + uint64_t(p.srcStride) * 32, dstPitch = len + uint64_t(p.dstStride) * 32;
+    twin::CheckLocal("DataCopy GM->local", dst, twin::Span(p.blockCount, len, dstPitch, sizeof(T)));
+    src.TwCheckRange("DataCopy GM->local", twin::Span(p.blockCount, len, srcPitch, sizeof(T)));
+    twin::CopyBlocks(reinterpret_cast<uint8_t*>(dst.TwData()), reinterpret_cast<const uint8_t*>(src.TwData()),
+                     p.blockCount, len, dstPitch, srcPitch);
+}
+
+template <typename T>
+inline void DataCopy(const GlobalTensor<T>& dst, const LocalTensor<T>& src, const DataCopyParams& p)
+{
+    uint64_t len = uint64_t(p.blockLen) * 32;
+    uint64_t srcPitch = len + uint64_t(p.srcStride) * 32, dstPitch = len + uint64_t(p.dstStride) * 32;
+    twin::CheckLocal("DataCopy local->GM", src, twin::Span(p.blockCount, len, srcPitch, sizeof(T)));
+    dst.TwCheckRange("DataCopy local->GM", twin::Span(p.blockCount, len, dstPitch, sizeof(T)));
+    twin::CopyBlocks(reinterpret_cast<uint8_t*>(dst.TwData()), reinterpret_cast<const uint8_t*>(src.TwData()),
+                     p.blockCount, len, dstPitch, srcPitch);
+}
+
+template <typename T>
+inline void DataCopy(const LocalTensor<T>& dst, const LocalTensor<T>& src, const DataCopyParams& p)
+{
+    uint64_t len = uint64_t(p.blockLen) * 32;
+    uint64_t srcPitch = len + uint64_t(p.srcStride) * 32, dstPitch = len + uint64_t(p.dstStride) * 32;
+    twin::CheckLocal("DataCopy local->local", src, twin::Span(p.blockCount, len, srcPitch, sizeof(T)));
+    twin::CheckLocal("DataCopy local->local", dst, twin::Span(p.blockCount, len, dstPitch, sizeof(T)));
+    twin::CopyBlocks(reinterpret_cast<uint8_t*>(dst.TwData()), reinterpret_cast<const uint8_t*>(src.TwData()),
+                     p.blockCount, len, dstPitch, srcPitch);
+}
+
+// GM -> local. Each local block is padded up to 32 B: left padding, data, then (when isPad) the
+// padding value up to the block end; without isPad the padding bytes are left as they were.
+template <typename T>
+inline void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const DataCopyExtParams& p,
+                        const DataCopyPadExtParams<T>& pad)
+{
+    const char* what = "DataCopyPad GM->local";
+    uint64_t left = pad.isPad ? uint64_t(pad.leftPadding) * sizeof(T) : 0;
+    uint64_t right = pad.isPad ? uint64_t(pad.rightPadding) * sizeof(T) : 0;
+    uint64_t localLen = twin::RoundUp(uint32_t(left + p.blockLen + right), 32);
+    uint64_t srcPitch = uint64_t(p.blockLen) + p.srcStride;
+    uint64_t dstPitch = localLen + uint64_t(p.dstStride) * 32;
+    twin::CheckLocal(what, dst, twin::Span(p.blockCount, localLen, dstPitch, sizeof(T)));
+    src.TwCheckRange(what, twin::Span(p.blockCount, p.blockLen, srcPitch, sizeof(T)));
+    auto* out = reinterpret_cast<uint8_t*>(dst.TwData());
+    const auto* in = reinterpret_cast<const uint8_t*>(src.TwData());
+    for (uint32_t i = 0; i < p.blockCount; ++i) {
+        uint8_t* block = out + i * dstPitch;
+        std::memmove(block + left, in + i * srcPitch, p.blockLen);
+        if (!pad.isPad) continue;
+        T* elems = reinterpret_cast<T*>(block);
+        for (uint64_t e = 0; e < left / sizeof(T); ++e) elems[e] = pad.paddingValue;
+        for (uint64_t e = (left + p.blockLen) / sizeof(T); e < localLen / sizeof(T); ++e) {
+            elems[e] = pad.paddingValue;
+        }
+    }
+}
+
+// local -> GM: block i starts at i*(blockLen rounded up to 32 B + srcStride*32) locally.
+template <typename T>
+inline void DataCopyPad(const GlobalTensor<T>& dst, const LocalTensor<T>& src, const DataCopyExtParams& p)
+{
+    const char* what = "DataCopyPad local->GM";
+    uint64_t localLen = twin::RoundUp(p.blockLen, 32);
+    uint64_t srcPitch = localLen + uint64_t(p.srcStride) * 32;
+    uint64_t dstPitch = uint64_t(p.blockLen) + p.dstStride;
+    twin::CheckLocal(what, src, twin::Span(p.blockCount, p.blockLen, srcPitch, sizeof(T)));
+    dst.TwCheckRange(what, twin::Span(p.blockCount, p.blockLen, dstPitch, sizeof(T)));
+    twin::CopyBlocks(reinterpret_cast<uint8_t*>(dst.TwData()), reinterpret_cast<const uint8_t*>(src.TwData()),
+                     p.blockCount, p.blockLen, dstPitch, srcPitch);
+}
+
+}  // namespace AscendC

@@ -1,0 +1,499 @@
+// The Matmul high-level API: TCubeTiling, MatmulType, Matmul, REGIST_MATMUL_OBJ.
+//
+// Staging follows the tiling: Init takes depthA1 A tiles and depthB1 B tiles from L1, dbL0A / dbL0B
+// tiles from L0A / L0B and dbL0C C blocks from L0C (errors on overflow). Iterate computes one
+// baseM x baseN block of C over the whole single-core K. Per baseK slice, A tiles come from an L1
+// cache of depthA1 / (stepM*stepKa) groups of stepM x stepKa tiles (a miss loads a whole group
+// from GM, least recently used group out); B likewise with stepN x stepKb tiles. Each tile is
+// copied L1 -> L0 (zero padded at the edges) and multiplied into the float C block in L0C.
+#pragma once
+
+#include <algorithm>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "pipe.h"
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#endif
+
+struct TCubeTiling {
+    int32_t usedCoreNum, M, N, Ka, Kb, singleCoreM, singleCoreN, singleCoreK, baseM, baseN, baseK;
+    int32_t depthA1, depthB1, stepM, stepN, isBias, transLength, iterateOrder, shareMode;
+    int32_t shareL1Size, shareL0CSize, shareUbSize, batchM, batchN, singleBatchM, singleBatchN;
+    int32_t stepKa, stepKb, depthAL1CacheUB, depthBL1CacheUB, dbL0A, dbL0B, dbL0C;
+};
+static_assert(sizeof(TCubeTiling) == 132, "TCubeTiling must be 33 int32 fields");
+
+namespace AscendC {
+
+using ::TCubeTiling;
+
+enum class CubeFormat { ND = 0, NZ, ZN, ZZ, NN, ND_ALIGN, SCALAR, VECTOR };
+
+template <TPosition POSITION, CubeFormat FORMAT, typename TYPE, bool ISTRANS = false>
+struct MatmulType {
+    constexpr static TPosition pos = POSITION;
+    constexpr static CubeFormat format = FORMAT;
+    using T = TYPE;
+    constexpr static bool isTrans = ISTRANS;
+};
+
+struct MatmulConfig {
+    bool doNorm;
+    bool doBasicBlock;
+    bool doMultiDataLoad;
+};
+inline constexpr MatmulConfig CFG_NORM = {true, false, false};
+inline constexpr MatmulConfig CFG_MDL = {false, false, true};
+
+}  // namespace AscendC
+
+namespace twin {
+
+constexpr int kMicroRows = 6;
+constexpr int kPanel = 16;  // C columns per micro-kernel call; baseN is a multiple of 16
+
+// C[MR x 16] (row stride ldc) += A[MR x K] (row stride lda) * B, B packed as [K][16].
+template <int MR>
+inline void MicroKernel(int K, const float* A, int lda, const float* B, float* C, int ldc)
+{
+#if defined(__AVX2__) && defined(__FMA__)
+    __m256 c0[MR], c1[MR];
+    for (int r = 0; r < MR; ++r) {
+        c0[r] = _mm256_loadu_ps(C + r * ldc);
+        c1[r] = _mm256_loadu_ps(C + r * ldc + 8);
+    }
+    for (int k = 0; k < K; ++k) {
+        const __m256 b0 = _mm256_loadu_ps(B + k * kPanel), b1 = _mm256_loadu_ps(B + k * kPanel + 8);
+        for (int r = 0; r < MR; ++r) {
+            const __m256 a = _mm256_broadcast_ss(A + r * lda + k);
+            c0[r] = _mm256_fmadd_ps(a, b0, c0[r]);
+            c1[r] = _mm256_fmadd_ps(a, b1, c1[r]);
+        }
+    }
+    for (int r = 0; r < MR; ++r) {
+        _mm256_storeu_ps(C + r * ldc, c0[r]);
+        _mm256_storeu_ps(C + r * ldc + 8, c1[r]);
+    }
+#else
+    float acc[MR][kPanel];
+    for (int r = 0; r < MR; ++r) {
+        for (int j = 0; j < kPanel; ++j) acc[r][j] = C[r * ldc + j];
+    }
+    for (int k = 0; k < K; ++k) {
+        for (int r = 0; r < MR; ++r) {
+            const float a = A[r * lda + k];
+            for (int j = 0; j < kPanel; ++j) acc[r][j] += a * B[k * kPanel + j];
+        }
+    }
+    for (int r = 0; r < MR; ++r) {
+        for (int j = 0; j < kPanel; ++j) C[r * ldc + j] = acc[r][j];
+    }
+#endif
+}
+
+// C[m x n] += A[m x k] (row-major) * B (packed [n/16][k][16]); n a multiple of 16.
+TW_NOINLINE inline void Mmad(float* C, const float* A, const float* B, int m, int n, int k)
+{
+    for (int j = 0; j < n; j += kPanel) {
+        const float* panel = B + j * k;
+        int i = 0;
+        for (; i + kMicroRows <= m; i += kMicroRows) MicroKernel<kMicroRows>(k, A + i * k, k, panel, C + i * n + j, n);
+        switch (m - i) {
+            case 5: MicroKernel<5>(k, A + i * k, k, panel, C + i * n + j, n); break;
+            case 4: MicroKernel<4>(k, A + i * k, k, panel, C + i * n + j, n); break;
+            case 3: MicroKernel<3>(k, A + i * k, k, panel, C + i * n + j, n); break;
+            case 2: MicroKernel<2>(k, A + i * k, k, panel, C + i * n + j, n); break;
+            case 1: MicroKernel<1>(k, A + i * k, k, panel, C + i * n + j, n); break;
+            default: break;
+        }
+    }
+}
+
+inline int32_t CeilDiv(int32_t a, int32_t b) { return (a + b - 1) / b; }
+
+// L1 slots holding groups of tiles, least recently used out.
+struct GroupCache {
+    std::vector<int64_t> keys;
+    std::vector<uint64_t> lastUse;
+    uint64_t clock = 0;
+
+    void Reset(int32_t slots)
+    {
+        keys.assign(slots, -1);
+        lastUse.assign(slots, 0);
+    }
+    void Invalidate() { keys.assign(keys.size(), -1); }
+
+    // The slot holding `key`; *miss tells whether the caller must (re)load it.
+    int32_t Lookup(int64_t key, bool* miss)
+    {
+        int32_t victim = 0;
+        for (int32_t s = 0; s < int32_t(keys.size()); ++s) {
+            if (keys[s] == key) {
+                lastUse[s] = ++clock;
+                *miss = false;
+                return s;
+            }
+            if (lastUse[s] < lastUse[victim]) victim = s;
+        }
+        keys[victim] = key;
+        lastUse[victim] = ++clock;
+        *miss = true;
+        return victim;
+    }
+};
+
+// Matmul state and data movement for source type S (float or half) and bias type BiasT.
+template <typename S, typename BiasT>
+class CubeEngine {
+public:
+    TW_NOINLINE void Init(const TCubeTiling& tiling)
+    {
+        t_ = tiling;
+        Validate();
+        CoreState& core = Core();
+        auto alloc = [&](Mem mem, uint64_t bytes) {
+            if (bytes > UINT32_MAX) Fail("Matmul::Init: ", MemName(mem), " overflow: requested ", bytes, " B");
+            return core.Of(mem).At(core.Of(mem).Alloc(uint32_t(bytes), "Matmul::Init", mem));
+        };
+        const uint64_t aTile = uint64_t(t_.baseM) * t_.baseK, bTile = uint64_t(t_.baseK) * t_.baseN;
+        aL1_ = reinterpret_cast<S*>(alloc(Mem::L1, t_.depthA1 * aTile * sizeof(S)));
+        bL1_ = reinterpret_cast<S*>(alloc(Mem::L1, t_.depthB1 * bTile * sizeof(S)));
+        if (t_.isBias) {
+            biasL1_ = reinterpret_cast<BiasT*>(alloc(Mem::L1, uint64_t(t_.baseN) * sizeof(BiasT)));
+            if (core.Of(Mem::BT).Limit() > 0) alloc(Mem::BT, uint64_t(t_.baseN) * sizeof(float));
+        }
+        uint8_t* l0a = alloc(Mem::L0A, t_.dbL0A * aTile * sizeof(S));
+        uint8_t* l0b = alloc(Mem::L0B, t_.dbL0B * bTile * sizeof(S));
+        l0c_ = reinterpret_cast<float*>(alloc(Mem::L0C, uint64_t(t_.dbL0C) * t_.baseM * t_.baseN * 4));
+        if constexpr (std::is_same_v<S, float>) {
+            l0a_ = reinterpret_cast<float*>(l0a);
+            l0b_ = reinterpret_cast<float*>(l0b);
+        } else {  // the cube reads half; the twin multiplies float copies of the L0 tiles
+            scratchA_.resize(t_.dbL0A * aTile);
+            scratchB_.resize(t_.dbL0B * bTile);
+            l0a_ = scratchA_.data();
+            l0b_ = scratchB_.data();
+        }
+        aCache_.Reset(t_.depthA1 / (t_.stepM * t_.stepKa));
+        bCache_.Reset(t_.depthB1 / (t_.stepN * t_.stepKb));
+        SetTail(-1, -1, -1);
+        inited_ = true;
+    }
+
+    void SetA(const S* a) { a_ = a; aCache_.Invalidate(); Restart(); }
+    void SetB(const S* b) { b_ = b; bCache_.Invalidate(); Restart(); }
+    void SetBias(const BiasT* bias)
+    {
+        if (!t_.isBias) Fail("Matmul::SetBias: the tiling has isBias = 0");
+        bias_ = bias;
+        Restart();
+    }
+    void DisableBias() { bias_ = nullptr; }
+
+    void SetTail(int tailM, int tailN, int tailK)
+    {
+        curM_ = tailM >= 0 ? tailM : t_.singleCoreM;
+        curN_ = tailN >= 0 ? tailN : t_.singleCoreN;
+        curK_ = tailK >= 0 ? tailK : t_.singleCoreK;
+        if (curM_ > t_.singleCoreM || curN_ > t_.singleCoreN || curK_ > t_.singleCoreK) {
+            Fail("Matmul::SetTail(", tailM, ", ", tailN, ", ", tailK, "): beyond singleCore (", t_.singleCoreM,
+                 ", ", t_.singleCoreN, ", ", t_.singleCoreK, ")");
+        }
+        aCache_.Invalidate();
+        bCache_.Invalidate();
+        Restart();
+    }
+
+    void Restart() { iter_ = -1; }
+
+    TW_NOINLINE bool Iterate(bool enPartialSum)
+    {
+        if (!inited_) Fail("Matmul::Iterate: Init (REGIST_MATMUL_OBJ) was not called");
+        if (a_ == nullptr || b_ == nullptr) Fail("Matmul::Iterate: call SetTensorA and SetTensorB first");
+        const int32_t mIters = CeilDiv(curM_, t_.baseM), nIters = CeilDiv(curN_, t_.baseN);
+        if (++iter_ >= mIters * nIters) {
+            Restart();
+            return false;
+        }
+        if (t_.iterateOrder == 0) {
+            mb_ = iter_ % mIters;
+            nb_ = iter_ / mIters;
+        } else {
+            nb_ = iter_ % nIters;
+            mb_ = iter_ / nIters;
+        }
+        if (!enPartialSum) cSlot_ = iter_ % t_.dbL0C;
+        float* c = CBlock();
+        if (!enPartialSum) InitC(c);
+        const int32_t kIters = CeilDiv(curK_, t_.baseK);
+        for (int32_t kb = 0; kb < kIters; ++kb) {
+            const float* a = LoadL0A(ATile(kb));
+            const float* b = LoadL0B(BTile(kb));
+            Mmad(c, a, b, t_.baseM, t_.baseN, t_.baseK);
+        }
+        return true;
+    }
+
+    // The current C block (baseM x baseN floats, row stride baseN) and its valid extents.
+    const float* CurrentC()
+    {
+        if (iter_ < 0) Fail("Matmul::GetTensorC: no block computed (call Iterate first)");
+        return CBlock();
+    }
+    int32_t BlockRows() const { return std::min(t_.baseM, curM_ - mb_ * t_.baseM); }
+    int32_t BlockCols() const { return std::min(t_.baseN, curN_ - nb_ * t_.baseN); }
+    int32_t BlockM() const { return mb_; }
+    int32_t BlockN() const { return nb_; }
+    const TCubeTiling& Tiling() const { return t_; }
+
+private:
+    float* CBlock() const { return l0c_ + int64_t(cSlot_) * t_.baseM * t_.baseN; }
+
+    void Validate() const
+    {
+        auto need = [](bool ok, auto... what) {
+            if (!ok) Fail("Matmul::Init: ", what...);
+        };
+        const TCubeTiling& t = t_;
+        need(t.M > 0 && t.N > 0 && t.Ka > 0 && t.Kb > 0, "M, N, Ka, Kb must be positive");
+        need(t.singleCoreM > 0 && t.singleCoreN > 0 && t.singleCoreK > 0, "singleCoreM/N/K must be positive");
+        need(t.singleCoreK <= t.Ka, "singleCoreK ", t.singleCoreK, " exceeds Ka ", t.Ka);
+        need(t.baseM > 0 && t.baseM % 16 == 0, "baseM ", t.baseM, " is not a positive multiple of 16");
+        need(t.baseN > 0 && t.baseN % 16 == 0, "baseN ", t.baseN, " is not a positive multiple of 16");
+        const int32_t c0 = 32 / int32_t(sizeof(S));
+        need(t.baseK > 0 && t.baseK % c0 == 0, "baseK ", t.baseK, " is not a positive multiple of ", c0,
+             " (", sizeof(S) * 8, "-bit input)");
+        need(t.stepM > 0 && t.stepN > 0 && t.stepKa > 0 && t.stepKb > 0, "stepM/N/Ka/Kb must be positive");
+        need(t.depthA1 > 0 && t.depthA1 % (t.stepM * t.stepKa) == 0, "depthA1 ", t.depthA1,
+             " is not a positive multiple of stepM*stepKa = ", t.stepM * t.stepKa);
+        need(t.depthB1 > 0 && t.depthB1 % (t.stepN * t.stepKb) == 0, "depthB1 ", t.depthB1,
+             " is not a positive multiple of stepN*stepKb = ", t.stepN * t.stepKb);
+        need(t.dbL0A >= 1 && t.dbL0A <= 2 && t.dbL0B >= 1 && t.dbL0B <= 2 && t.dbL0C >= 1 && t.dbL0C <= 2,
+             "dbL0A/dbL0B/dbL0C must be 1 or 2");
+        need(t.iterateOrder == 0 || t.iterateOrder == 1, "iterateOrder ", t.iterateOrder, " is not 0 or 1");
+    }
+
+    void InitC(float* c) const
+    {
+        const int64_t n = int64_t(t_.baseM) * t_.baseN;
+        for (int64_t i = 0; i < n; ++i) c[i] = 0.0f;
+        if (bias_ == nullptr) return;
+        const int32_t cols = BlockCols();
+        const BiasT* src = bias_ + int64_t(nb_) * t_.baseN;
+        for (int32_t j = 0; j < cols; ++j) biasL1_[j] = src[j];  // GM -> L1, then broadcast
+        for (int32_t r = 0; r < t_.baseM; ++r) {
+            for (int32_t j = 0; j < cols; ++j) c[int64_t(r) * t_.baseN + j] = static_cast<float>(biasL1_[j]);
+        }
+    }
+
+    // Copies rows x cols of src (row stride ld) into a zero-padded tile of tileRows x tileCols.
+    TW_NOINLINE static void LoadTile(S* tile, int32_t tileRows, int32_t tileCols, const S* src, int64_t ld, int32_t rows,
+                         int32_t cols)
+    {
+        rows = std::max(0, std::min(rows, tileRows));
+        cols = std::max(0, std::min(cols, tileCols));
+        for (int32_t r = 0; r < tileRows; ++r) {
+            S* dst = tile + int64_t(r) * tileCols;
+            int32_t valid = r < rows ? cols : 0;
+            if (valid > 0) std::memcpy(dst, src + r * ld, valid * sizeof(S));
+            std::memset(dst + valid, 0, (tileCols - valid) * sizeof(S));
+        }
+    }
+
+    const S* ATile(int32_t kb)
+    {
+        const int32_t kGroups = CeilDiv(CeilDiv(curK_, t_.baseK), t_.stepKa);
+        const int32_t gm = mb_ / t_.stepM, gk = kb / t_.stepKa;
+        const int64_t tile = int64_t(t_.baseM) * t_.baseK, group = tile * t_.stepM * t_.stepKa;
+        bool miss = false;
+        const int32_t slot = aCache_.Lookup(int64_t(gm) * kGroups + gk, &miss);
+        S* base = aL1_ + slot * group;
+        if (miss) {
+            for (int32_t i = 0; i < t_.stepM; ++i) {
+                for (int32_t j = 0; j < t_.stepKa; ++j) {
+                    const int32_t row = (gm * t_.stepM + i) * t_.baseM, col = (gk * t_.stepKa + j) * t_.baseK;
+                    LoadTile(base + (i * t_.stepKa + j) * tile, t_.baseM, t_.baseK, a_ + int64_t(row) * t_.Ka + col,
+                             t_.Ka, curM_ - row, curK_ - col);
+                }
+            }
+        }
+        return base + ((mb_ % t_.stepM) * t_.stepKa + kb % t_.stepKa) * tile;
+    }
+
+    const S* BTile(int32_t kb)
+    {
+        const int32_t nGroups = CeilDiv(CeilDiv(curN_, t_.baseN), t_.stepN);
+        const int32_t gk = kb / t_.stepKb, gn = nb_ / t_.stepN;
+        const int64_t tile = int64_t(t_.baseK) * t_.baseN, group = tile * t_.stepKb * t_.stepN;
+        bool miss = false;
+        const int32_t slot = bCache_.Lookup(int64_t(gk) * nGroups + gn, &miss);
+        S* base = bL1_ + slot * group;
+        if (miss) {
+            for (int32_t i = 0; i < t_.stepKb; ++i) {
+                for (int32_t j = 0; j < t_.stepN; ++j) {
+                    const int32_t row = (gk * t_.stepKb + i) * t_.baseK, col = (gn * t_.stepN + j) * t_.baseN;
+                    LoadTile(base + (i * t_.stepN + j) * tile, t_.baseK, t_.baseN, b_ + int64_t(row) * t_.N + col,
+                             t_.N, curK_ - row, curN_ - col);
+                }
+            }
+        }
+        return base + ((kb % t_.stepKb) * t_.stepN + nb_ % t_.stepN) * tile;
+    }
+
+    // L1 -> L0A: the row-major tile as float.
+    const float* LoadL0A(const S* tile)
+    {
+        const int64_t n = int64_t(t_.baseM) * t_.baseK;
+        l0aSlot_ = (l0aSlot_ + 1) % t_.dbL0A;
+        float* dst = l0a_ + l0aSlot_ * n;
+        for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(tile[i]);
+        return dst;
+    }
+
+    // L1 -> L0B: the tile as float, packed in panels of 16 columns ([baseN/16][baseK][16]).
+    const float* LoadL0B(const S* tile)
+    {
+        const int32_t k = t_.baseK, n = t_.baseN;
+        l0bSlot_ = (l0bSlot_ + 1) % t_.dbL0B;
+        float* dst = l0b_ + int64_t(l0bSlot_) * k * n;
+        for (int32_t j = 0; j < n; j += kPanel) {
+            float* panel = dst + int64_t(j) * k;
+            for (int32_t r = 0; r < k; ++r) {
+                for (int32_t c = 0; c < kPanel; ++c) panel[r * kPanel + c] = static_cast<float>(tile[int64_t(r) * n + j + c]);
+            }
+        }
+        return dst;
+    }
+
+    TCubeTiling t_{};
+    bool inited_ = false;
+    const S* a_ = nullptr;
+    const S* b_ = nullptr;
+    const BiasT* bias_ = nullptr;
+    S* aL1_ = nullptr;
+    S* bL1_ = nullptr;
+    BiasT* biasL1_ = nullptr;
+    float* l0a_ = nullptr;
+    float* l0b_ = nullptr;
+    float* l0c_ = nullptr;
+    std::vector<float> scratchA_, scratchB_;
+    GroupCache aCache_, bCache_;
+    int32_t curM_ = 0, curN_ = 0, curK_ = 0;
+    int32_t iter_ = -1, mb_ = 0, nb_ = 0, cSlot_ = 0, l0aSlot_ = 0, l0bSlot_ = 0;
+};
+
+}  // namespace twin
+
+namespace AscendC {
+
+template <class A_TYPE, class B_TYPE, class C_TYPE, class BIAS_TYPE = C_TYPE, const auto& MM_CFG = CFG_NORM>
+class Matmul {
+    using SrcT = typename A_TYPE::T;
+    using DstT = typename C_TYPE::T;
+    using BiasT = typename BIAS_TYPE::T;
+    static_assert(std::is_same_v<SrcT, typename B_TYPE::T>, "Matmul: A and B must have the same type");
+    static_assert(std::is_same_v<SrcT, float> || std::is_same_v<SrcT, half>, "Matmul: A/B must be float or half");
+    static_assert(std::is_same_v<DstT, float> || std::is_same_v<DstT, half>, "Matmul: C must be float or half");
+    static_assert(A_TYPE::format == CubeFormat::ND && B_TYPE::format == CubeFormat::ND &&
+                      C_TYPE::format == CubeFormat::ND,
+                  "Matmul: the twin supports CubeFormat::ND only");
+
+public:
+    void Init(const TCubeTiling* cubeTiling, TPipe* tpipe = nullptr)
+    {
+        (void)tpipe;
+        if (cubeTiling == nullptr) twin::Fail("Matmul::Init: tiling is null");
+        engine_.Init(*cubeTiling);
+    }
+
+    void SetTensorA(const GlobalTensor<SrcT>& gm, bool isTransposeA = false)
+    {
+        if (isTransposeA || A_TYPE::isTrans) twin::Fail("Matmul::SetTensorA: transposed A is not supported by the twin");
+        engine_.SetA(gm.TwData());
+    }
+    void SetTensorB(const GlobalTensor<SrcT>& gm, bool isTransposeB = false)
+    {
+        if (isTransposeB || B_TYPE::isTrans) twin::Fail("Matmul::SetTensorB: transposed B is not supported by the twin");
+        engine_.SetB(gm.TwData());
+    }
+    void SetBias(const GlobalTensor<BiasT>& gm) { engine_.SetBias(gm.TwData()); }
+    void DisableBias() { engine_.DisableBias(); }
+    void SetTail(int tailM = -1, int tailN = -1, int tailK = -1) { engine_.SetTail(tailM, tailN, tailK); }
+    void SetSingleShape(int singleM, int singleN, int singleK) { engine_.SetTail(singleM, singleN, singleK); }
+
+    template <bool sync = true>
+    bool Iterate(bool enPartialSum = false) { return engine_.Iterate(enPartialSum); }
+
+    // The current block as baseM x baseN (row stride baseN); only BlockRows x BlockCols are valid.
+    template <bool sync = true>
+    void GetTensorC(const LocalTensor<DstT>& c, uint8_t enAtomic = 0, bool enSequentialWrite = false)
+    {
+        (void)enAtomic;
+        (void)enSequentialWrite;
+        const TCubeTiling& t = engine_.Tiling();
+        const int64_t n = int64_t(t.baseM) * t.baseN;
+        const float* src = engine_.CurrentC();
+        twin::CheckLocal("Matmul::GetTensorC", c, uint64_t(n));
+        DstT* dst = c.TwData();
+        for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<DstT>(src[i]);
+    }
+
+    // The valid part of the current block into gm (the single-core C, row stride N); enAtomic adds.
+    template <bool sync = true>
+    void GetTensorC(const GlobalTensor<DstT>& gm, uint8_t enAtomic = 0, bool enSequentialWrite = false)
+    {
+        (void)enSequentialWrite;
+        const TCubeTiling& t = engine_.Tiling();
+        const float* src = engine_.CurrentC();
+        const int32_t rows = engine_.BlockRows(), cols = engine_.BlockCols();
+        const int64_t origin = int64_t(engine_.BlockM()) * t.baseM * t.N + int64_t(engine_.BlockN()) * t.baseN;
+        gm.TwCheckRange("Matmul::GetTensorC", origin + int64_t(rows - 1) * t.N + cols);
+        DstT* dst = gm.TwData() + origin;
+        for (int32_t r = 0; r < rows; ++r) {
+            DstT* row = dst + int64_t(r) * t.N;
+            const float* in = src + int64_t(r) * t.baseN;
+            for (int32_t j = 0; j < cols; ++j) {
+                row[j] = static_cast<DstT>(enAtomic ? static_cast<float>(row[j]) + in[j] : in[j]);
+            }
+        }
+    }
+
+    template <bool sync = true>
+    void IterateAll(const GlobalTensor<DstT>& gm, uint8_t enAtomic = 0, bool enSequentialWrite = false)
+    {
+        while (Iterate()) GetTensorC(gm, enAtomic, enSequentialWrite);
+    }
+
+    void End() { engine_.Restart(); }
+
+private:
+    twin::CubeEngine<SrcT, BiasT> engine_;
+};
+
+}  // namespace AscendC
+
+namespace matmul {
+using namespace AscendC;
+}
+
+namespace twin {
+
+inline void RegistMatmulObj(AscendC::TPipe*, GM_ADDR) {}
+
+template <typename MM, typename TilingPtr, typename... Rest>
+inline void RegistMatmulObj(AscendC::TPipe* pipe, GM_ADDR workspace, MM& mm, TilingPtr tiling, Rest&&... rest)
+{
+    if constexpr (!std::is_null_pointer_v<TilingPtr>) {
+        if (tiling != nullptr) mm.Init(tiling, pipe);
+    }
+    RegistMatmulObj(pipe, workspace, std::forward<Rest>(rest)...);
+}
+
+}  // namespace twin
+
+#define REGIST_MATMUL_OBJ(tpipe, workspace, ...) ::twin::RegistMatmulObj(tpipe, workspace, __VA_ARGS__)

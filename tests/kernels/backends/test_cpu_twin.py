@@ -1,0 +1,173 @@
+"""The cpu-twin backend end to end: real builds of the Ascend C kernels, real launches."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kernels.backends import BuildLimits, MeasureOptions
+from kernels.backends._cpu_twin import CpuTwinBackend
+from kernels.ops import Footprint, GmArg, OpSpec, StructField, Traffic, Tunable, get_op
+from kernels.targets import TargetProfile, twin_target
+from tuner.settings import Settings
+from tuner.types import Shape, Tiling
+
+ONCE = MeasureOptions(warmup=0, repeats=1, max_seconds=1.0)
+
+
+@pytest.fixture(scope="module")
+def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CpuTwinBackend]:
+    settings = Settings(cache_dir=tmp_path_factory.mktemp("cache"), run_timeout_s=20.0)
+    with CpuTwinBackend(settings) as twin:
+        yield twin  # type: ignore[misc]
+
+
+def random_valid_tilings(spec: OpSpec, shape: Shape, dtype: str, n: int, seed: int) -> list[Tiling]:
+    target, rng = twin_target(), np.random.default_rng(seed)
+    tunables = spec.tunables(shape, dtype, target)
+    found: list[Tiling] = []
+    for _ in range(20000):
+        tiling = Tiling({t.name: int(rng.choice(t.values)) for t in tunables})
+        if spec.check(tiling, shape, dtype, target).valid and tiling not in found:
+            found.append(tiling)
+            if len(found) == n:
+                break
+    return found
+
+
+CASES = [
+    ("linear_add_gelu", "M=1,N=17,K=3"),
+    ("linear_add_gelu", "M=33,N=40,K=70"),
+    ("linear_add_gelu", "M=100,N=130,K=50"),
+    ("scale_relu_dropout", "N=1"),
+    ("scale_relu_dropout", "N=1003"),
+    ("scale_relu_dropout", "N=70001"),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize(("op", "shape"), CASES)
+def test_kernel_matches_reference(backend: CpuTwinBackend, op: str, shape: str, dtype: str) -> None:
+    spec, target = get_op(op), twin_target()
+    parsed = spec.validate_shape(Shape.parse(shape))
+    tilings = [spec.default_tiling(parsed, dtype, target),
+               *random_valid_tilings(spec, parsed, dtype, 4, seed=len(shape))]  # fmt: skip
+    for tiling in tilings:
+        build = backend.build(spec, spec.compile_key(tiling, dtype))
+        assert build.ok, build.error
+        run = backend.run(build, spec, shape=parsed, dtype=dtype, target=target, tiling=tiling,
+                          check=True, measure=ONCE)  # fmt: skip
+        assert run.status == "ok", (dict(tiling), run.error)
+        assert run.samples_us and run.samples_us[0] > 0
+
+
+def test_builds_are_cached_and_report_spills_and_stack(backend: CpuTwinBackend) -> None:
+    spec = get_op("scale_relu_dropout")
+    first = backend.build(spec, {"DTYPE_X": "float", "BUFFER_NUM": "2"})
+    again = backend.build(spec, {"DTYPE_X": "float", "BUFFER_NUM": "2"})
+    assert first.ok and again.ok and again.cached and again.key == first.key
+    assert first.stack_bytes is not None and first.stack_bytes > 0
+    if backend.compiler.spill_checks:
+        assert first.spills is not None
+        strict = BuildLimits(max_loop_spills=-1, max_stack_bytes=1 << 20)
+        assert first.violations(strict)["spills"] > 0
+    tiny_stack = BuildLimits(max_loop_spills=1 << 20, max_stack_bytes=1)
+    assert first.violations(tiny_stack)["stack"] > 0
+
+
+def test_wrong_answer_is_caught(backend: CpuTwinBackend, monkeypatch: pytest.MonkeyPatch) -> None:
+    spec, target = get_op("scale_relu_dropout"), twin_target()
+    shape = Shape({"N": 4096})
+    tiling = spec.default_tiling(shape, "float32", target)
+    build = backend.build(spec, spec.compile_key(tiling, "float32"))
+    honest = spec.tiling_struct
+
+    def lying_struct(*args: object) -> tuple[StructField, ...]:
+        fields = honest(*args)  # type: ignore[arg-type]
+        return tuple(StructField(f.name, f.code, 2.5) if f.name == "scale" else f for f in fields)
+
+    monkeypatch.setattr(spec, "tiling_struct", lying_struct)
+    run = backend.run(build, spec, shape=shape, dtype="float32", target=target, tiling=tiling,
+                      check=True, measure=ONCE)  # fmt: skip
+    assert run.status == "wrong" and "elements wrong" in (run.error or "")
+
+
+def test_twin_api_violation_fails_the_trial_with_its_message(backend: CpuTwinBackend) -> None:
+    # A tiling the static check would reject, forced through: the twin's InitBuffer refuses it.
+    spec, target = get_op("scale_relu_dropout"), twin_target()
+    shape = Shape({"N": 1 << 16})
+    tiling = Tiling({"tileLength": 16384, "blockDim": 4, "bufferNum": 2})
+    assert not spec.check(tiling, shape, "float32", target).valid
+    build = backend.build(spec, spec.compile_key(tiling, "float32"))
+    run = backend.run(build, spec, shape=shape, dtype="float32", target=target, tiling=tiling,
+                      check=True, measure=ONCE)  # fmt: skip
+    assert run.status == "crashed"
+    assert "UB" in (run.error or "") and "188416" in (run.error or "")
+
+
+class FaultOp(OpSpec):
+    """A test-only op around tests/.../fault.cpp; mode chooses copy, segfault or hang."""
+
+    name, summary, dims, dtypes = "fault", "test kernel", ("N",), ("float32",)
+    entry, tiling_type, kernel_file = "fault", "FaultTiling", "fault.cpp"
+
+    @property
+    def kernel_path(self) -> Path:
+        return Path(__file__).parent / "fault_op" / "fault.cpp"
+
+    def runtime_tunables(self, shape: Shape, dtype: str, target: TargetProfile) -> tuple[Tunable, ...]:
+        return (Tunable("mode", (0, 1, 2), "0 copy, 1 segfault, 2 hang"),)
+
+    def footprint(self, tiling: Tiling, shape: Shape, dtype: str, target: TargetProfile) -> Footprint:
+        return Footprint()
+
+    def rules(self, tiling: Tiling, shape: Shape, dtype: str, target: TargetProfile) -> list[str]:
+        return []
+
+    def default_tiling(self, shape: Shape, dtype: str, target: TargetProfile) -> Tiling:
+        return Tiling({"mode": 0})
+
+    def gm_args(self, shape: Shape, dtype: str) -> tuple[GmArg, ...]:
+        return (GmArg("x", "in", shape["N"], "float32"), GmArg("y", "out", shape["N"], "float32"),
+                GmArg("workspace", "workspace", 32, "uint8"))  # fmt: skip
+
+    def tiling_struct(self, tiling: Tiling, shape: Shape, dtype: str, target: TargetProfile) -> tuple[StructField, ...]:
+        return (StructField("length", "i", shape["N"]), StructField("mode", "i", tiling["mode"]))
+
+    def block_dim(self, tiling: Tiling, shape: Shape, dtype: str, target: TargetProfile) -> int:
+        return 1
+
+    def make_inputs(self, shape: Shape, dtype: str, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        return {"x": rng.standard_normal(shape["N"]).astype(np.float32)}
+
+    def reference(self, inputs: Mapping[str, np.ndarray], shape: Shape, dtype: str) -> dict[str, np.ndarray]:
+        return {"y": inputs["x"].copy()}
+
+    def traffic(self, shape: Shape, dtype: str) -> Traffic:
+        return Traffic(8 * shape["N"], 8 * shape["N"], 0, 1)
+
+
+@pytest.mark.slow
+def test_crash_and_hang_fail_one_trial_and_the_runner_restarts(tmp_path: Path) -> None:
+    spec, target, shape = FaultOp(), twin_target(), Shape({"N": 64})
+    settings = Settings(cache_dir=tmp_path / "cache", run_timeout_s=2.0)
+    with CpuTwinBackend(settings) as twin:
+        build = twin.build(spec, {"DTYPE_X": "float"})
+        assert build.ok, build.error
+
+        def run(mode: int) -> tuple[str, str | None]:
+            result = twin.run(build, spec, shape=shape, dtype="float32", target=target,
+                              tiling=Tiling({"mode": mode}), check=True, measure=ONCE)  # fmt: skip
+            return result.status, result.error
+
+        assert run(0) == ("ok", None)
+        status, error = run(1)
+        assert status == "crashed" and "SIGSEGV" in (error or "")
+        assert run(0) == ("ok", None)
+        status, error = run(2)
+        assert status == "timeout" and "runner killed" in (error or "")
+        assert run(0) == ("ok", None)

@@ -1,0 +1,76 @@
+"""The CLI's contract for scripts: exit codes, one-line errors, nothing written on bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def tilewise(*args: str, tmp_path: Path, db: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, TILEWISE_CACHE_DIR=str(tmp_path / "cache"), HOME=str(tmp_path),
+               XDG_DATA_HOME=str(tmp_path / "data"), COLUMNS="200")  # fmt: skip
+    cmd = [sys.executable, "-m", "tuner.cli", *args]
+    if db is not None:
+        cmd += ["--db", db]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120, check=False)
+
+
+BAD = [
+    (["tune", "matmul", "--shape", "M=4,N=4,K=4"], "unknown op 'matmul'"),
+    (["tune", "linear_add_gelu", "--shape", "M=4,N=4"], "missing dim K"),
+    (["tune", "linear_add_gelu", "--shape", "M=4,N=4,K=4,Z=2"], "unknown dim Z"),
+    (["tune", "linear_add_gelu", "--shape", "M=0,N=4,K=4"], "M must be positive"),
+    (["tune", "linear_add_gelu", "--shape", "M=-1,N=4,K=4"], "M must be positive"),
+    (["tune", "linear_add_gelu", "--shape", "M=99999999,N=4,K=4"], "exceeds the limit"),
+    (["tune", "linear_add_gelu", "--shape", "M=1000000,N=1000000,K=4"], "above the limit"),
+    (["tune", "linear_add_gelu", "--shape", "M=x,N=4,K=4"], "M must be an integer"),
+    (["tune", "linear_add_gelu", "--shape", "M=4,N=4,K=4", "--dtype", "int8"], "unknown dtype 'int8'"),
+    (["tune", "linear_add_gelu", "--shape", "M=4,N=4,K=4", "--target", "gpu"], "unknown target 'gpu'"),
+    (["tune", "linear_add_gelu", "--shape", "M=4,N=4,K=4", "--budget", "0"], "budget must be between 1"),
+    (["show", "scale_relu_dropout", "--shape", "N=0"], "N must be positive"),
+]
+
+
+@pytest.mark.parametrize(("args", "message"), BAD, ids=[m for _, m in BAD])
+def test_bad_input_exits_2_with_one_line_and_writes_nothing(args: list[str], message: str, tmp_path: Path) -> None:
+    db = tmp_path / "never.db"
+    done = tilewise(*args, tmp_path=tmp_path, db=f"sqlite:///{db}")
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], done.stderr
+    assert not db.exists()
+    assert not (tmp_path / "cache").exists()
+
+
+def test_unreachable_database(tmp_path: Path) -> None:
+    done = tilewise("tune", "scale_relu_dropout", "--shape", "N=1024", tmp_path=tmp_path,
+                    db="postgresql+psycopg://nobody@127.0.0.1:1/nothing")  # fmt: skip
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "cannot reach database" in lines[0], done.stderr
+
+
+def test_ops_lists_dims_dtypes_and_tunables(tmp_path: Path) -> None:
+    done = tilewise("ops", "--json", tmp_path=tmp_path)
+    assert done.returncode == 0, done.stderr
+    ops = {row["op"]: row for row in json.loads(done.stdout)}
+    assert ops["linear_add_gelu"]["dims"] == ["M", "N", "K"]
+    names = {t["name"] for t in ops["linear_add_gelu"]["tunables"]}
+    assert {"baseM", "baseN", "baseK", "stepM", "stepN", "depthA1", "depthB1", "dbL0C",
+            "singleCoreM", "singleCoreN", "iterateOrder", "epiRows"} <= names  # fmt: skip
+    compile_time = {t["name"] for t in ops["scale_relu_dropout"]["tunables"] if t["compile_time"]}
+    assert compile_time == {"bufferNum"}
+    table = tilewise("ops", tmp_path=tmp_path)
+    assert table.returncode == 0 and "scale_relu_dropout" in table.stdout
+
+
+def test_show_not_tuned(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'empty.db'}"
+    done = tilewise("show", "scale_relu_dropout", "--shape", "N=4096", tmp_path=tmp_path, db=db)
+    assert done.returncode == 1
+    assert "not tuned" in done.stdout
