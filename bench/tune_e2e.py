@@ -43,9 +43,24 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         env = dict(os.environ, TILEWISE_CACHE_DIR=str(Path(tmp) / "cache"))
-        cmd = [sys.executable, "-m", "tuner.cli", "tune", args.op, "--shape", args.shape,
-               "--dtype", args.dtype, "--budget", str(args.budget), "--seed", str(args.seed),
-               "--db", f"sqlite:///{tmp}/bench.db", "--json"]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "tuner.cli",
+            "tune",
+            args.op,
+            "--shape",
+            args.shape,
+            "--dtype",
+            args.dtype,
+            "--budget",
+            str(args.budget),
+            "--seed",
+            str(args.seed),
+            "--db",
+            f"sqlite:///{tmp}/bench.db",
+            "--json",
+        ]
         started = time.perf_counter()
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
         wall = time.perf_counter() - started
@@ -53,16 +68,20 @@ def main() -> None:
     proposals = result["evaluations"] + result["infeasible"]
     report = {
         "date": datetime.date.today().isoformat(),
-        "machine": f"{cpu_model()}, {os.cpu_count()} cores, {platform.system()} {platform.release()}",
-        "op": args.op, "shape": args.shape, "dtype": args.dtype, "budget": args.budget,
+        "machine": f"{cpu_model()}, {os.cpu_count()} cores, {platform.platform(terse=True)}",
+        "op": args.op,
+        "shape": args.shape,
+        "dtype": args.dtype,
+        "budget": args.budget,
         "wall_s": round(wall, 1),
-        "best_us": result["best"]["latency_us"], "default_us": result["default"]["latency_us"],
+        "best_us": result["best"]["latency_us"],
+        "default_us": result["default"]["latency_us"],
         "speedup": round(result["speedup"], 3),
         "evaluations": result["evaluations"],
         "rejected_before_compile": result["rejected_before_compile"],
         "fraction_rejected_before_compile": round(result["rejected_before_compile"] / proposals, 3),
         "best_tiling": result["best"]["tiling"],
-    }  # fmt: skip
+    }
     print(json.dumps(report, indent=2))
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, replace
+from typing import Any
 
 from tuner.errors import InputError
 
@@ -60,11 +61,29 @@ class TargetProfile:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
-def _ascend(name: str, soc: str, cube: int, vec: int, mhz: int, l2: int, **mem: int) -> TargetProfile:
-    sizes = {"ub": 192 * KiB, "l1": 512 * KiB, "l0a": 64 * KiB, "l0b": 64 * KiB,
-             "l0c": 128 * KiB, "bt": 1 * KiB, "ddr_rate": 32} | mem  # fmt: skip
-    return TargetProfile(name=name, backend="ascend", soc=soc, cube_cores=cube,
-                         vector_cores=vec, freq_mhz=mhz, l2=l2, **sizes)  # fmt: skip
+def _ascend(
+    name: str, soc: str, cube: int, vec: int, mhz: int, l2: int, **mem: int
+) -> TargetProfile:
+    sizes = {
+        "ub": 192 * KiB,
+        "l1": 512 * KiB,
+        "l0a": 64 * KiB,
+        "l0b": 64 * KiB,
+        "l0c": 128 * KiB,
+        "bt": 1 * KiB,
+        "ddr_rate": 32,
+    } | mem
+    fields: dict[str, Any] = {
+        "name": name,
+        "backend": "ascend",
+        "soc": soc,
+        "cube_cores": cube,
+        "vector_cores": vec,
+        "freq_mhz": mhz,
+        "l2": l2,
+        **sizes,
+    }
+    return TargetProfile(**fields)
 
 
 BUILTIN: dict[str, TargetProfile] = {
@@ -76,8 +95,19 @@ BUILTIN: dict[str, TargetProfile] = {
         _ascend("ascend910b4", "Ascend910B4", 20, 40, 1500, 96 * MiB),
         # 310P3: 8 AI cores, each with a cube and a vector unit. Its 7 extra vector cores are not
         # counted: our vector kernels launch on the AI cores.
-        _ascend("ascend310p3", "Ascend310P3", 8, 8, 1060, 16 * MiB, ub=256 * KiB, l1=1 * MiB,
-                l0c=256 * KiB, bt=0, ddr_rate=17),  # fmt: skip
+        _ascend(
+            "ascend310p3",
+            "Ascend310P3",
+            8,
+            8,
+            1060,
+            16 * MiB,
+            ub=256 * KiB,
+            l1=1 * MiB,
+            l0c=256 * KiB,
+            bt=0,
+            ddr_rate=17,
+        ),
     )
 }
 

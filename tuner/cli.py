@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Annotated, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -40,7 +40,8 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
 
 
 def _fail(message: str) -> NoReturn:
-    err.print(f"error: {message}", markup=False, highlight=False, soft_wrap=True)
+    # One line, whatever the cause printed: scripts grep it.
+    err.print(f"error: {' '.join(message.split())}", markup=False, highlight=False, soft_wrap=True)
     raise typer.Exit(2)
 
 
@@ -65,24 +66,26 @@ def ops(as_json: JsonOpt = False) -> None:
     from kernels.targets import twin_target
 
     target = twin_target()
-    rows = []
+    rows: list[dict[str, Any]] = []
     for spec in list_ops():
         unit = Shape({d: 1024 for d in spec.dims})
         tunables = spec.tunables(unit, spec.dtypes[0], target)
-        rows.append({
-            "op": spec.name, "summary": spec.summary, "dims": list(spec.dims),
-            "dtypes": list(spec.dtypes), "tunables": [t.to_dict() for t in tunables],
-        })  # fmt: skip
+        rows.append(
+            {
+                "op": spec.name,
+                "summary": spec.summary,
+                "dims": list(spec.dims),
+                "dtypes": list(spec.dtypes),
+                "tunables": [t.to_dict() for t in tunables],
+            }
+        )
     if as_json:
         print(json.dumps(rows, indent=2))
         return
     table = Table("op", "dims", "dtypes", "tunables (compile-time marked *)", title="tilewise ops")
     for row in rows:
-        names = ", ".join(
-            t["name"] + ("*" if t["compile_time"] else "")  # type: ignore[index, operator]
-            for t in row["tunables"]  # type: ignore[attr-defined]
-        )
-        table.add_row(str(row["op"]), ",".join(row["dims"]), ",".join(row["dtypes"]), names)  # type: ignore[arg-type]
+        names = ", ".join(t["name"] + ("*" if t["compile_time"] else "") for t in row["tunables"])
+        table.add_row(row["op"], ",".join(row["dims"]), ",".join(row["dtypes"]), names)
     out.print(table)
 
 
@@ -121,17 +124,32 @@ def tune(
         _fail(str(exc))
 
     with backend:
-        tuner = Tuner(spec=spec, shape=parsed, dtype=dtype, target=profile, backend=backend,
-                      db=db_handle, settings=settings)  # fmt: skip
-        columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                   TextColumn("{task.fields[info]}"), TimeElapsedColumn())  # fmt: skip
+        tuner = Tuner(
+            spec=spec,
+            shape=parsed,
+            dtype=dtype,
+            target=profile,
+            backend=backend,
+            db=db_handle,
+            settings=settings,
+        )
+        columns = (
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[info]}"),
+            TimeElapsedColumn(),
+        )
         with Progress(*columns, console=err, transient=as_json) as bar:
             task = bar.add_task(f"tuning {spec.name} {parsed}", total=budget, info="")
 
             def show(p):  # type: ignore[no-untyped-def]
                 best = f"{p.best_us:.1f} us" if p.best_us is not None else "-"
-                bar.update(task, completed=p.evaluations,
-                           info=f"best {best} | infeasible {p.infeasible} | failed {p.failed}")  # fmt: skip
+                bar.update(
+                    task,
+                    completed=p.evaluations,
+                    info=f"best {best} | infeasible {p.infeasible} | failed {p.failed}",
+                )
 
             result = tuner.run(Budget(budget, seconds), seed=seed, on_progress=show)
     db_handle.close()
@@ -147,8 +165,11 @@ def tune(
     table.add_column("latency", justify="right")
     table.add_row("best", json.dumps(dict(result.best.tiling)), f"{result.best.latency_us:.1f} us")
     if result.default:
-        table.add_row("default", json.dumps(dict(result.default.tiling)),
-                      f"{result.default.latency_us:.1f} us")  # fmt: skip
+        table.add_row(
+            "default",
+            json.dumps(dict(result.default.tiling)),
+            f"{result.default.latency_us:.1f} us",
+        )
     out.print(table)
     p = result.progress
     speed = f"{result.speedup:.2f}x" if result.speedup else "n/a"
@@ -175,33 +196,59 @@ def show(
     settings = _settings(db)
     try:
         spec, parsed, dtype, profile = _workload_inputs(op, shape, dtype, target, settings)
-        db_handle = store.open_store(settings.db_url, create=False)
         workload = Workload(spec.name, spec.version, profile.name, dtype, parsed)
-        with db_handle.session() as s:
-            row = store.find_workload(s, key=workload.key)
-            best = store.get_tiling(s, workload_id=row.id) if row else None
-        db_handle.close()
+        best = None
+        if not _missing_sqlite_file(settings.db_url):  # no database yet: nothing is tuned
+            db_handle = store.open_store(settings.db_url, create=False)
+            with db_handle.session() as s:
+                row = store.find_workload(s, key=workload.key)
+                best = store.get_tiling(s, workload_id=row.id) if row else None
+            db_handle.close()
     except TilewiseError as exc:
         _fail(str(exc))
     if best is None:
         if as_json:
             print(json.dumps({"workload": workload.to_dict(), "tuned": False}))
         else:
-            out.print(f"{spec.name} {parsed} {dtype} on {profile.name}: not tuned "
-                      f"(run `tilewise tune {spec.name} --shape {parsed.key()}`)")  # fmt: skip
+            out.print(
+                f"{spec.name} {parsed} {dtype} on {profile.name}: not tuned "
+                f"(run `tilewise tune {spec.name} --shape {parsed.key()}`)"
+            )
         raise typer.Exit(1)
     result = {
-        "workload": workload.to_dict(), "tuned": True, "tiling": best.tiling,
-        "latency_us": best.latency_us, "default_latency_us": best.default_latency_us,
-        "speedup": best.speedup, "evaluations": best.evaluations,
-    }  # fmt: skip
+        "workload": workload.to_dict(),
+        "tuned": True,
+        "tiling": dict(best.tiling),
+        "latency_us": best.latency_us,
+        "default_latency_us": best.default_latency_us,
+        "speedup": best.speedup,
+        "evaluations": best.evaluations,
+    }
     if as_json:
         print(json.dumps(result))
     else:
         speed = f"{best.speedup:.2f}x" if best.speedup else "n/a"
-        out.print(f"{spec.name} {parsed} {dtype} on {profile.name}: {json.dumps(best.tiling)}")
-        out.print(f"latency {best.latency_us:.1f} us, speedup over default {speed}, "
-                  f"{best.evaluations} evaluations")  # fmt: skip
+        out.print(
+            f"{spec.name} {parsed} {dtype} on {profile.name}: {json.dumps(dict(best.tiling))}"
+        )
+        out.print(
+            f"latency {best.latency_us:.1f} us, speedup over default {speed}, "
+            f"{best.evaluations} evaluations"
+        )
+
+
+def _missing_sqlite_file(url: str) -> bool:
+    from pathlib import Path
+
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    database = parsed.database or ""
+    return (
+        parsed.get_backend_name() == "sqlite"
+        and database not in ("", ":memory:")
+        and not Path(database).exists()
+    )
 
 
 @db_app.command("upgrade")

@@ -12,12 +12,21 @@ from pathlib import Path
 from tuner.errors import ConfigError
 
 # Newest first: clang 15+ accepts _Float16 on x86 and prints regalloc spill remarks.
-_CLANGS = ("clang++-21", "clang++-20", "clang++-19", "clang++-18", "clang++-17", "clang++-16",
-           "clang++-15", "clang++")  # fmt: skip
+_CLANGS = (
+    "clang++-21",
+    "clang++-20",
+    "clang++-19",
+    "clang++-18",
+    "clang++-17",
+    "clang++-16",
+    "clang++-15",
+    "clang++",
+)
 _GCCS = ("g++-14", "g++-13", "g++-12", "g++")
 
 _SPILLS_IN_LOOP = re.compile(r"remark: (\d+) spills .*generated in loop")
 _VERSION = re.compile(r"version (\d+)\.(\d+)")
+_GCC_VERSION = re.compile(r"\) (\d+)\.(\d+)")
 
 
 @dataclass(frozen=True)
@@ -31,8 +40,7 @@ class Compiler:
         return self.kind == "clang"
 
     def flags(self) -> tuple[str, ...]:
-        base = ("-std=c++17", "-O3", "-march=native", "-fPIC", "-Wall", "-Wextra",
-                "-fstack-usage")  # fmt: skip
+        base = ("-std=c++17", "-O3", "-march=native", "-fPIC", "-Wall", "-Wextra", "-fstack-usage")
         return (*base, "-Rpass-missed=regalloc") if self.kind == "clang" else base
 
 
@@ -44,11 +52,8 @@ def _probe(path: str) -> Compiler | None:
     except (OSError, subprocess.SubprocessError):
         return None
     kind = "clang" if "clang" in out else "gcc"
-    if kind == "gcc":
-        # g++ prints "g++ (Debian 12.2.0-14) 12.2.0"
-        match = re.search(r"\) (\d+)\.(\d+)", out)
-    else:
-        match = _VERSION.search(out)
+    # g++ prints "g++ (Debian 12.2.0-14) 12.2.0", clang "... clang version 19.1.7 ..."
+    match = (_GCC_VERSION if kind == "gcc" else _VERSION).search(out)
     if not match:
         return None
     major = int(match.group(1))

@@ -18,7 +18,7 @@ from kernels.backends._compiler import Compiler, count_loop_spills, find_compile
 from kernels.backends._problem import Problem
 from kernels.backends._runner import RunnerCrashed, RunnerProcess, RunnerTimeout
 from kernels.ops import OpSpec
-from kernels.targets import TargetProfile
+from kernels.targets import TargetProfile, twin_target
 from tuner.errors import BackendError
 from tuner.settings import Settings, get_settings
 from tuner.types import Shape, Tiling
@@ -40,27 +40,25 @@ def _twin_sources_digest() -> str:
     return _digest(*(p.read_bytes() for p in files))
 
 
-def shim_source(spec: OpSpec, *, sample: Any) -> str:
+def shim_source(spec: OpSpec) -> str:
     """The translation unit of one variant: the kernel file and its export, nothing else.
 
-    ``sample`` is a packed tiling struct description (StructField tuple) used only for the
-    layout checks, so the C struct and the Python packing can never drift apart.
+    Every field of the tiling struct is checked at compile time against the offset the Python
+    side packs it at, so the C struct and ``OpSpec.tiling_struct`` can never drift apart.
     """
+    unit, target = Shape({d: 1 for d in spec.dims}), twin_target()
+    fields = spec.tiling_struct(
+        spec.default_tiling(unit, "float32", target), unit, "float32", target
+    )
+    n_gm = len(spec.gm_args(unit, "float32"))
     lines = [
         f'#include "{spec.kernel_path}"',
         '#include "twin_launch.h"',
-        f"TWIN_EXPORT_KERNEL({spec.entry}, {spec.tiling_type}, {len(spec.gm_args(_unit(spec), 'float32'))})",
+        f"TWIN_EXPORT_KERNEL({spec.entry}, {spec.tiling_type}, {n_gm})",
+        *(f"TWIN_CHECK_FIELD({spec.tiling_type}, {f.name}, {4 * i})" for i, f in enumerate(fields)),
+        f'static_assert(sizeof({spec.tiling_type}) == {4 * len(fields)}, "tiling struct size");',
     ]
-    lines += [
-        f"TWIN_CHECK_FIELD({spec.tiling_type}, {field.name}, {4 * i})"
-        for i, field in enumerate(sample)
-    ]
-    lines.append(f"static_assert(sizeof({spec.tiling_type}) == {4 * len(sample)}, \"tiling size\");")
     return "\n".join(lines) + "\n"
-
-
-def _unit(spec: OpSpec) -> Shape:
-    return Shape({d: 1 for d in spec.dims})
 
 
 class CpuTwinBackend(Backend):
@@ -98,29 +96,36 @@ class CpuTwinBackend(Backend):
         )
 
     def build(self, spec: OpSpec, defines: dict[str, str]) -> BuildResult:
-        from kernels.targets import twin_target
-
-        sample = spec.tiling_struct(
-            spec.default_tiling(_unit(spec), "float32", twin_target()), _unit(spec), "float32",
-            twin_target(),
-        )  # fmt: skip
-        shim = shim_source(spec, sample=sample)
+        shim = shim_source(spec)
         flags = [*self.compiler.flags(), f"-I{TWIN_DIR}"]
         flags += [f"-D{k}={v}" for k, v in sorted(defines.items())]
         key = _digest(
-            spec.kernel_path.read_bytes(), _twin_sources_digest(), shim, " ".join(flags),
-            self.compiler.path, self.compiler.version,
-        )[:20]  # fmt: skip
+            spec.kernel_path.read_bytes(),
+            _twin_sources_digest(),
+            shim,
+            " ".join(flags),
+            self.compiler.path,
+            self.compiler.version,
+        )[:20]
         final = self._builds / spec.name / key
-        env = {"compiler": f"{self.compiler.kind} {self.compiler.version}", "flags": " ".join(flags)}
+        env = {
+            "compiler": f"{self.compiler.kind} {self.compiler.version}",
+            "flags": " ".join(flags),
+        }
         meta_path = final / "build.json"
         if meta_path.exists():
-            meta = json.loads(meta_path.read_text())
+            known = json.loads(meta_path.read_text())
             return BuildResult(
-                ok=meta["ok"], key=key, artifact=final / "variant.so" if meta["ok"] else None,
-                error=meta.get("error"), seconds=meta["seconds"], cached=True,
-                spills=meta.get("spills"), stack_bytes=meta.get("stack_bytes"), env=env,
-            )  # fmt: skip
+                ok=known["ok"],
+                key=key,
+                artifact=final / "variant.so" if known["ok"] else None,
+                error=known.get("error"),
+                seconds=known["seconds"],
+                cached=True,
+                spills=known.get("spills"),
+                stack_bytes=known.get("stack_bytes"),
+                env=env,
+            )
 
         self._builds.joinpath(spec.name).mkdir(parents=True, exist_ok=True)
         work = Path(tempfile.mkdtemp(prefix="build-", dir=self._builds / spec.name))
@@ -130,14 +135,18 @@ class CpuTwinBackend(Backend):
             (work / "variant.cpp").write_text(shim)
             compiled = self._compile([*flags, "-c", "variant.cpp", "-o", "variant.o"], work)
             if compiled.returncode == 0:
-                linked = self._compile(["-shared", "variant.o", "-o", "variant.so", "-lpthread"], work)
+                linked = self._compile(
+                    ["-shared", "variant.o", "-o", "variant.so", "-lpthread"], work
+                )
                 if linked.returncode == 0:
                     meta["ok"] = True
                 else:
                     meta["error"] = "link failed: " + linked.stderr[-2000:]
             else:
                 errors = [line for line in compiled.stderr.splitlines() if "error" in line]
-                meta["error"] = "compile failed: " + "\n".join(errors[:10] or [compiled.stderr[-2000:]])
+                meta["error"] = "compile failed: " + "\n".join(
+                    errors[:10] or [compiled.stderr[-2000:]]
+                )
             if self.compiler.spill_checks:
                 meta["spills"] = count_loop_spills(compiled.stderr)
             meta["stack_bytes"] = max_stack_frame(work / "variant.su")
@@ -146,14 +155,22 @@ class CpuTwinBackend(Backend):
         meta["seconds"] = time.perf_counter() - started
         (work / "build.json").write_text(json.dumps(meta))
         try:
-            os.replace(work, final)  # atomic: a concurrent build of the same key wins or loses whole
+            os.replace(
+                work, final
+            )  # atomic: a concurrent build of the same key wins or loses whole
         except OSError:
             shutil.rmtree(work, ignore_errors=True)  # another process published it first
         return BuildResult(
-            ok=meta["ok"], key=key, artifact=final / "variant.so" if meta["ok"] else None,
-            error=meta.get("error"), seconds=meta["seconds"], cached=False,
-            spills=meta.get("spills"), stack_bytes=meta.get("stack_bytes"), env=env,
-        )  # fmt: skip
+            ok=meta["ok"],
+            key=key,
+            artifact=final / "variant.so" if meta["ok"] else None,
+            error=meta.get("error"),
+            seconds=meta["seconds"],
+            cached=False,
+            spills=meta.get("spills"),
+            stack_bytes=meta.get("stack_bytes"),
+            env=env,
+        )
 
     def _runner_binary(self) -> Path:
         key = _digest(RUNNER_SOURCE.read_bytes(), _twin_sources_digest(), self.compiler.path)[:16]
@@ -163,8 +180,18 @@ class CpuTwinBackend(Backend):
         binary.parent.mkdir(parents=True, exist_ok=True)
         tmp = binary.with_suffix(f".tmp{os.getpid()}")
         done = self._compile(
-            ["-std=c++17", "-O2", "-pthread", f"-I{TWIN_DIR}", str(RUNNER_SOURCE), "-o", str(tmp),
-             "-ldl"], binary.parent)  # fmt: skip
+            [
+                "-std=c++17",
+                "-O2",
+                "-pthread",
+                f"-I{TWIN_DIR}",
+                str(RUNNER_SOURCE),
+                "-o",
+                str(tmp),
+                "-ldl",
+            ],
+            binary.parent,
+        )
         if done.returncode != 0:
             raise BackendError(f"cannot build the twin runner: {done.stderr[-2000:]}")
         os.replace(tmp, binary)
@@ -212,8 +239,16 @@ class CpuTwinBackend(Backend):
         def launch(warmup: int, repeats: int, seconds: float, checked: bool) -> dict[str, Any]:
             # Checked mode enforces the 32-byte rule and poisons fresh buffers; the timed runs
             # skip that bookkeeping, which the device does not pay either.
-            head = [block_dim, str(warmup), str(repeats), f"{seconds:.3f}", *sizes,
-                    str(int(checked)), packed, n_gm]  # fmt: skip
+            head = [
+                block_dim,
+                str(warmup),
+                str(repeats),
+                f"{seconds:.3f}",
+                *sizes,
+                str(int(checked)),
+                packed,
+                n_gm,
+            ]
             return self._launch(build, problem, head, timeout * (1 + warmup) + seconds)
 
         try:

@@ -36,7 +36,7 @@ class RunnerProcess:
     def _start(self) -> subprocess.Popen[bytes]:
         if self._stderr is not None:
             self._stderr.close()
-        self._stderr = tempfile.TemporaryFile()
+        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 (lives as long as the process)
         self._proc = subprocess.Popen(
             [str(self._binary), "--threads", str(self._threads)],
             stdin=subprocess.PIPE,

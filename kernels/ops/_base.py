@@ -273,9 +273,7 @@ class OpSpec(ABC):
     def block_dim(self, tiling: Tiling, shape: Shape, dtype: str, target: TargetProfile) -> int:
         """How many blocks the kernel is launched with."""
 
-    def pack_tiling(
-        self, tiling: Tiling, shape: Shape, dtype: str, target: TargetProfile
-    ) -> bytes:
+    def pack_tiling(self, tiling: Tiling, shape: Shape, dtype: str, target: TargetProfile) -> bytes:
         fields = self.tiling_struct(tiling, shape, dtype, target)
         return struct.pack("<" + "".join(f.code for f in fields), *(f.value for f in fields))
 

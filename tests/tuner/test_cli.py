@@ -12,8 +12,13 @@ import pytest
 
 
 def tilewise(*args: str, tmp_path: Path, db: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, TILEWISE_CACHE_DIR=str(tmp_path / "cache"), HOME=str(tmp_path),
-               XDG_DATA_HOME=str(tmp_path / "data"), COLUMNS="200")  # fmt: skip
+    env = dict(
+        os.environ,
+        TILEWISE_CACHE_DIR=str(tmp_path / "cache"),
+        HOME=str(tmp_path),
+        XDG_DATA_HOME=str(tmp_path / "data"),
+        COLUMNS="200",
+    )
     cmd = [sys.executable, "-m", "tuner.cli", *args]
     if db is not None:
         cmd += ["--db", db]
@@ -29,15 +34,26 @@ BAD = [
     (["tune", "linear_add_gelu", "--shape", "M=99999999,N=4,K=4"], "exceeds the limit"),
     (["tune", "linear_add_gelu", "--shape", "M=1000000,N=1000000,K=4"], "above the limit"),
     (["tune", "linear_add_gelu", "--shape", "M=x,N=4,K=4"], "M must be an integer"),
-    (["tune", "linear_add_gelu", "--shape", "M=4,N=4,K=4", "--dtype", "int8"], "unknown dtype 'int8'"),
-    (["tune", "linear_add_gelu", "--shape", "M=4,N=4,K=4", "--target", "gpu"], "unknown target 'gpu'"),
-    (["tune", "linear_add_gelu", "--shape", "M=4,N=4,K=4", "--budget", "0"], "budget must be between 1"),
+    (
+        ["tune", "linear_add_gelu", "--shape", "M=4,N=4,K=4", "--dtype", "int8"],
+        "unknown dtype 'int8'",
+    ),
+    (
+        ["tune", "linear_add_gelu", "--shape", "M=4,N=4,K=4", "--target", "gpu"],
+        "unknown target 'gpu'",
+    ),
+    (
+        ["tune", "linear_add_gelu", "--shape", "M=4,N=4,K=4", "--budget", "0"],
+        "budget must be between 1",
+    ),
     (["show", "scale_relu_dropout", "--shape", "N=0"], "N must be positive"),
 ]
 
 
 @pytest.mark.parametrize(("args", "message"), BAD, ids=[m for _, m in BAD])
-def test_bad_input_exits_2_with_one_line_and_writes_nothing(args: list[str], message: str, tmp_path: Path) -> None:
+def test_bad_input_exits_2_with_one_line_and_writes_nothing(
+    args: list[str], message: str, tmp_path: Path
+) -> None:
     db = tmp_path / "never.db"
     done = tilewise(*args, tmp_path=tmp_path, db=f"sqlite:///{db}")
     assert done.returncode == 2, done.stderr
@@ -48,8 +64,14 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(args: list[str], mes
 
 
 def test_unreachable_database(tmp_path: Path) -> None:
-    done = tilewise("tune", "scale_relu_dropout", "--shape", "N=1024", tmp_path=tmp_path,
-                    db="postgresql+psycopg://nobody@127.0.0.1:1/nothing")  # fmt: skip
+    done = tilewise(
+        "tune",
+        "scale_relu_dropout",
+        "--shape",
+        "N=1024",
+        tmp_path=tmp_path,
+        db="postgresql+psycopg://nobody@127.0.0.1:1/nothing",
+    )
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "cannot reach database" in lines[0], done.stderr
@@ -61,8 +83,20 @@ def test_ops_lists_dims_dtypes_and_tunables(tmp_path: Path) -> None:
     ops = {row["op"]: row for row in json.loads(done.stdout)}
     assert ops["linear_add_gelu"]["dims"] == ["M", "N", "K"]
     names = {t["name"] for t in ops["linear_add_gelu"]["tunables"]}
-    assert {"baseM", "baseN", "baseK", "stepM", "stepN", "depthA1", "depthB1", "dbL0C",
-            "singleCoreM", "singleCoreN", "iterateOrder", "epiRows"} <= names  # fmt: skip
+    assert {
+        "baseM",
+        "baseN",
+        "baseK",
+        "stepM",
+        "stepN",
+        "depthA1",
+        "depthB1",
+        "dbL0C",
+        "singleCoreM",
+        "singleCoreN",
+        "iterateOrder",
+        "epiRows",
+    } <= names
     compile_time = {t["name"] for t in ops["scale_relu_dropout"]["tunables"] if t["compile_time"]}
     assert compile_time == {"bufferNum"}
     table = tilewise("ops", tmp_path=tmp_path)

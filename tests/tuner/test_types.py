@@ -15,7 +15,12 @@ def test_shape_parse_round_trip() -> None:
 
 @pytest.mark.parametrize(
     ("text", "message"),
-    [("", "no dimensions"), ("M", "expected NAME=VALUE"), ("M=abc", "M must be an integer"), ("=3", "NAME=VALUE")],
+    [
+        ("", "no dimensions"),
+        ("M", "expected NAME=VALUE"),
+        ("M=abc", "M must be an integer"),
+        ("=3", "NAME=VALUE"),
+    ],
 )
 def test_shape_parse_errors(text: str, message: str) -> None:
     with pytest.raises(InputError, match=message):

@@ -149,18 +149,24 @@ class Tuner:
         with db.session() as s:
             self.workload_id = store.commit_workload(s, self.workload).id
             self._seen: dict[str, Outcome] = {
-                r.tiling_key: _outcome_of(r) for r in store.records_for(s, workload_id=self.workload_id)
+                r.tiling_key: _outcome_of(r)
+                for r in store.records_for(s, workload_id=self.workload_id)
                 if r.source != "remeasure"
-            }  # fmt: skip
+            }
 
     # -- one tiling --------------------------------------------------------------------------
     def _record(self, tiling: Tiling, outcome: Outcome, **fields: Any) -> Outcome:
         with self.db.session() as s:
             row = store.add_record(
-                s, workload_id=self.workload_id, tiling=tiling, status=outcome.status,
-                latency_us=outcome.latency_us, constraints=outcome.constraints or None,
-                env=self.env, **fields,
-            )  # fmt: skip
+                s,
+                workload_id=self.workload_id,
+                tiling=tiling,
+                status=outcome.status,
+                latency_us=outcome.latency_us,
+                constraints=outcome.constraints or None,
+                env=self.env,
+                **fields,
+            )
         return Outcome(outcome.status, outcome.latency_us, outcome.constraints, row.id)
 
     def _build(self, tiling: Tiling) -> BuildResult:
@@ -174,8 +180,11 @@ class Tuner:
         variants = 1
         for tunable in self.spec.compile_tunables:
             variants *= len(tunable.values)
-        rejected = [b for b in self._builds.values()
-                    if not b.ok or any(v > 0 for v in b.violations(self.limits).values())]  # fmt: skip
+        rejected = [
+            b
+            for b in self._builds.values()
+            if not b.ok or any(v > 0 for v in b.violations(self.limits).values())
+        ]
         return len(rejected) >= variants
 
     def evaluate(
@@ -187,35 +196,49 @@ class Tuner:
         if not check.valid:
             progress.rejected_static += 1
             bad = {k: v for k, v in check.constraints.items() if v > 0}
-            return self._record(tiling, Outcome("infeasible", None, bad),
-                                error="; ".join(check.reasons), **fields)  # fmt: skip
+            return self._record(
+                tiling, Outcome("infeasible", None, bad), error="; ".join(check.reasons), **fields
+            )
 
         build = self._build(tiling)
         if not build.ok:
             progress.evaluations += 1
             progress.failed += 1
-            return self._record(tiling, Outcome("build_failed", None, {"build": 1.0}),
-                                error=build.error, **fields)  # fmt: skip
+            return self._record(
+                tiling, Outcome("build_failed", None, {"build": 1.0}), error=build.error, **fields
+            )
         over = {k: v for k, v in build.violations(self.limits).items() if v > 0}
         if over:
             progress.rejected_build += 1
-            reason = f"{build.spills} spills in loops (max {self.limits.max_loop_spills}), " \
-                     f"stack {build.stack_bytes} B (max {self.limits.max_stack_bytes})"  # fmt: skip
+            reason = (
+                f"{build.spills} spills in loops (max {self.limits.max_loop_spills}), "
+                f"stack {build.stack_bytes} B (max {self.limits.max_stack_bytes})"
+            )
             return self._record(tiling, Outcome("infeasible", None, over), error=reason, **fields)
 
         run = self.backend.run(
-            build, self.spec, shape=self.shape, dtype=self.dtype, target=self.target,
-            tiling=tiling, check=True, measure=self.measure,
-        )  # fmt: skip
+            build,
+            self.spec,
+            shape=self.shape,
+            dtype=self.dtype,
+            target=self.target,
+            tiling=tiling,
+            check=True,
+            measure=self.measure,
+        )
         progress.evaluations += 1
         if not run.ok:
             progress.failed += 1
-            return self._record(tiling, Outcome(run.status, None, {run.status: 1.0}),
-                                error=run.error, **fields)  # fmt: skip
+            return self._record(
+                tiling, Outcome(run.status, None, {run.status: 1.0}), error=run.error, **fields
+            )
         outcome = self._record(
-            tiling, Outcome("ok", run.median_us), spread=run.spread, samples_us=list(run.samples_us),
+            tiling,
+            Outcome("ok", run.median_us),
+            spread=run.spread,
+            samples_us=list(run.samples_us),
             **fields,
-        )  # fmt: skip
+        )
         if progress.best_us is None or (run.median_us or math.inf) < progress.best_us:
             progress.best_us, progress.best = run.median_us, tiling
         return outcome
@@ -231,9 +254,8 @@ class Tuner:
     ) -> TuneResult:
         started = time.monotonic()
         progress = Progress(budget=budget.evaluations)
-        for outcome in self._seen.values():
-            if outcome.status == "ok" and (progress.best_us is None or outcome.latency_us < progress.best_us):  # type: ignore[operator]
-                progress.best_us = outcome.latency_us
+        earlier = [o.latency_us for o in self._seen.values() if o.latency_us is not None]
+        progress.best_us = min(earlier, default=None)
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         storage = optuna_storage(self.db.url)
         try:
@@ -242,8 +264,9 @@ class Tuner:
             storage.engine.dispose()
         default = self.spec.default_tiling(self.shape, self.dtype, self.target)
         best, default_measured = self.finish(default)
-        return TuneResult(self.workload, best, default_measured, progress,
-                          time.monotonic() - started)  # fmt: skip
+        return TuneResult(
+            self.workload, best, default_measured, progress, time.monotonic() - started
+        )
 
     def _search(
         self,
@@ -256,9 +279,12 @@ class Tuner:
         should_stop: Callable[[], bool] | None,
     ) -> None:
         study = optuna.create_study(
-            study_name=self.workload.study_name, storage=storage, sampler=make_sampler(seed),
-            direction="minimize", load_if_exists=True,
-        )  # fmt: skip
+            study_name=self.workload.study_name,
+            storage=storage,
+            sampler=make_sampler(seed),
+            direction="minimize",
+            load_if_exists=True,
+        )
         dists = distributions(self.tunables)
         default = self.spec.default_tiling(self.shape, self.dtype, self.target)
         if default.key() not in self._seen:
@@ -289,8 +315,9 @@ class Tuner:
             else:
                 consecutive_duplicates = 0
                 source = "default" if tiling == default else "search"
-                outcome = self.evaluate(tiling, source=source, progress=progress,
-                                        trial=trial.number)  # fmt: skip
+                outcome = self.evaluate(
+                    tiling, source=source, progress=progress, trial=trial.number
+                )
                 self._seen[key] = outcome
             for name, value in outcome.constraints.items():
                 trial.set_constraint(name, value)
@@ -316,13 +343,24 @@ class Tuner:
         latencies: dict[str, tuple[float, int]] = {}
         for key, tiling in contenders.items():
             run = self.backend.run(
-                self._build(tiling), self.spec, shape=self.shape, dtype=self.dtype,
-                target=self.target, tiling=tiling, check=False, measure=self.measure,
-            )  # fmt: skip
+                self._build(tiling),
+                self.spec,
+                shape=self.shape,
+                dtype=self.dtype,
+                target=self.target,
+                tiling=tiling,
+                check=False,
+                measure=self.measure,
+            )
             if not run.ok or run.median_us is None:
                 continue
-            rec = self._record(tiling, Outcome("ok", run.median_us), source="remeasure",
-                               spread=run.spread, samples_us=list(run.samples_us))  # fmt: skip
+            rec = self._record(
+                tiling,
+                Outcome("ok", run.median_us),
+                source="remeasure",
+                spread=run.spread,
+                samples_us=list(run.samples_us),
+            )
             latencies[key] = (run.median_us, rec.record_id or 0)
         candidates = {k: v for k, v in latencies.items() if k in contenders}
         if not candidates:
@@ -335,15 +373,20 @@ class Tuner:
         speedup = default_measured.latency_us / best.latency_us if default_measured else None
         with self.db.session() as s:
             evaluations = sum(
-                1 for r in store.records_for(s, workload_id=self.workload_id)
+                1
+                for r in store.records_for(s, workload_id=self.workload_id)
                 if r.status not in ("infeasible",) and r.source != "remeasure"
-            )  # fmt: skip
+            )
             store.upsert_tiling(
-                s, workload_id=self.workload_id, record_id=candidates[best_key][1],
-                tiling=best.tiling, latency_us=best.latency_us,
+                s,
+                workload_id=self.workload_id,
+                record_id=candidates[best_key][1],
+                tiling=best.tiling,
+                latency_us=best.latency_us,
                 default_latency_us=default_measured.latency_us if default_measured else None,
-                speedup=speedup, evaluations=evaluations,
-            )  # fmt: skip
+                speedup=speedup,
+                evaluations=evaluations,
+            )
         return best, default_measured
 
 

@@ -43,7 +43,8 @@ def c0(dtype: str) -> int:
 
 
 def gelu_tanh(x: np.ndarray) -> np.ndarray:
-    return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x**3)))
+    inner = np.sqrt(2.0 / np.pi) * (x + 0.044715 * x**3)
+    return np.asarray(0.5 * x * (1.0 + np.tanh(inner)))
 
 
 class LinearAddGelu(OpSpec):
@@ -56,9 +57,7 @@ class LinearAddGelu(OpSpec):
     mix = True
 
     def _single_core(self, extent: int, cores: int) -> tuple[int, ...]:
-        return tuple(
-            sorted({round_up(ceil_div(extent, s), 16) for s in CORE_SPLITS if s <= cores})
-        )
+        return tuple(sorted({round_up(ceil_div(extent, s), 16) for s in CORE_SPLITS if s <= cores}))
 
     def runtime_tunables(
         self, shape: Shape, dtype: str, target: TargetProfile
@@ -156,9 +155,20 @@ class LinearAddGelu(OpSpec):
             else:
                 bm = largest(BASE_MN, bm - 16)
         tiling = Tiling(
-            {"baseM": bm, "baseN": bn, "baseK": bk, "stepM": 1, "stepN": 1, "depthA1": 2,
-             "depthB1": 2, "dbL0C": 1, "singleCoreM": sm, "singleCoreN": sn, "iterateOrder": 0,
-             "epiRows": 1}  # fmt: skip
+            {
+                "baseM": bm,
+                "baseN": bn,
+                "baseK": bk,
+                "stepM": 1,
+                "stepN": 1,
+                "depthA1": 2,
+                "depthB1": 2,
+                "dbL0C": 1,
+                "singleCoreM": sm,
+                "singleCoreN": sn,
+                "iterateOrder": 0,
+                "epiRows": 1,
+            }
         )
         rows = 256
         while rows > 1:
@@ -183,17 +193,40 @@ class LinearAddGelu(OpSpec):
     ) -> tuple[StructField, ...]:
         m, n, k = shape["M"], shape["N"], shape["K"]
         cube = {
-            "usedCoreNum": self.used_cores(tiling, shape), "M": m, "N": n, "Ka": k, "Kb": k,
-            "singleCoreM": tiling["singleCoreM"], "singleCoreN": tiling["singleCoreN"],
-            "singleCoreK": k, "baseM": tiling["baseM"], "baseN": tiling["baseN"],
-            "baseK": tiling["baseK"], "depthA1": tiling["depthA1"], "depthB1": tiling["depthB1"],
-            "stepM": tiling["stepM"], "stepN": tiling["stepN"], "isBias": 0, "transLength": 0,
-            "iterateOrder": tiling["iterateOrder"], "shareMode": 0, "shareL1Size": 0,
-            "shareL0CSize": 0, "shareUbSize": 0, "batchM": 1, "batchN": 1, "singleBatchM": 1,
-            "singleBatchN": 1, "stepKa": max(1, tiling["depthA1"] // tiling["stepM"]),
-            "stepKb": max(1, tiling["depthB1"] // tiling["stepN"]), "depthAL1CacheUB": 0,
-            "depthBL1CacheUB": 0, "dbL0A": DB_L0AB, "dbL0B": DB_L0AB, "dbL0C": tiling["dbL0C"],
-        }  # fmt: skip
+            "usedCoreNum": self.used_cores(tiling, shape),
+            "M": m,
+            "N": n,
+            "Ka": k,
+            "Kb": k,
+            "singleCoreM": tiling["singleCoreM"],
+            "singleCoreN": tiling["singleCoreN"],
+            "singleCoreK": k,
+            "baseM": tiling["baseM"],
+            "baseN": tiling["baseN"],
+            "baseK": tiling["baseK"],
+            "depthA1": tiling["depthA1"],
+            "depthB1": tiling["depthB1"],
+            "stepM": tiling["stepM"],
+            "stepN": tiling["stepN"],
+            "isBias": 0,
+            "transLength": 0,
+            "iterateOrder": tiling["iterateOrder"],
+            "shareMode": 0,
+            "shareL1Size": 0,
+            "shareL0CSize": 0,
+            "shareUbSize": 0,
+            "batchM": 1,
+            "batchN": 1,
+            "singleBatchM": 1,
+            "singleBatchN": 1,
+            "stepKa": max(1, tiling["depthA1"] // tiling["stepM"]),
+            "stepKb": max(1, tiling["depthB1"] // tiling["stepN"]),
+            "depthAL1CacheUB": 0,
+            "depthBL1CacheUB": 0,
+            "dbL0A": DB_L0AB,
+            "dbL0B": DB_L0AB,
+            "dbL0C": tiling["dbL0C"],
+        }
         fields = [StructField(f"cube.{name}", "i", value) for name, value in cube.items()]
         return (*fields, StructField("epiRows", "i", tiling["epiRows"]))
 

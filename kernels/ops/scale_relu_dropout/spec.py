@@ -110,7 +110,10 @@ class ScaleReluDropout(OpSpec):
         # The textbook choice: double buffering, every vector core, the largest power-of-two
         # tile that fits UB.
         blocks = max(1, min(target.vector_cores, ceil_div(shape["N"], ALIGN)))
-        while blocks > 1 and round_up(ceil_div(shape["N"], blocks), ALIGN) * (blocks - 1) >= shape["N"]:
+        while (
+            blocks > 1
+            and round_up(ceil_div(shape["N"], blocks), ALIGN) * (blocks - 1) >= shape["N"]
+        ):
             blocks -= 1
         tiling = Tiling({"tileLength": ALIGN, "blockDim": blocks, "bufferNum": 2})
         tile = 1 << 15
@@ -169,8 +172,9 @@ class ScaleReluDropout(OpSpec):
         # Unfused: Muls, Relu, DropOutGenMask (writes a byte mask), DropOutDoMask (reads x and
         # the mask, writes y): x and y cross GM three times, plus the mask twice.
         unfused = 3 * 2 * n * size + 2 * n
-        return Traffic(fused_bytes=2 * n * size, unfused_bytes=unfused, flops=4 * n,
-                       unfused_kernels=4)  # fmt: skip
+        return Traffic(
+            fused_bytes=2 * n * size, unfused_bytes=unfused, flops=4 * n, unfused_kernels=4
+        )
 
 
 SPEC = ScaleReluDropout()

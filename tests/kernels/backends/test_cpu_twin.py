@@ -54,13 +54,23 @@ CASES = [
 def test_kernel_matches_reference(backend: CpuTwinBackend, op: str, shape: str, dtype: str) -> None:
     spec, target = get_op(op), twin_target()
     parsed = spec.validate_shape(Shape.parse(shape))
-    tilings = [spec.default_tiling(parsed, dtype, target),
-               *random_valid_tilings(spec, parsed, dtype, 4, seed=len(shape))]  # fmt: skip
+    tilings = [
+        spec.default_tiling(parsed, dtype, target),
+        *random_valid_tilings(spec, parsed, dtype, 4, seed=len(shape)),
+    ]
     for tiling in tilings:
         build = backend.build(spec, spec.compile_key(tiling, dtype))
         assert build.ok, build.error
-        run = backend.run(build, spec, shape=parsed, dtype=dtype, target=target, tiling=tiling,
-                          check=True, measure=ONCE)  # fmt: skip
+        run = backend.run(
+            build,
+            spec,
+            shape=parsed,
+            dtype=dtype,
+            target=target,
+            tiling=tiling,
+            check=True,
+            measure=ONCE,
+        )
         assert run.status == "ok", (dict(tiling), run.error)
         assert run.samples_us and run.samples_us[0] > 0
 
@@ -91,8 +101,16 @@ def test_wrong_answer_is_caught(backend: CpuTwinBackend, monkeypatch: pytest.Mon
         return tuple(StructField(f.name, f.code, 2.5) if f.name == "scale" else f for f in fields)
 
     monkeypatch.setattr(spec, "tiling_struct", lying_struct)
-    run = backend.run(build, spec, shape=shape, dtype="float32", target=target, tiling=tiling,
-                      check=True, measure=ONCE)  # fmt: skip
+    run = backend.run(
+        build,
+        spec,
+        shape=shape,
+        dtype="float32",
+        target=target,
+        tiling=tiling,
+        check=True,
+        measure=ONCE,
+    )
     assert run.status == "wrong" and "elements wrong" in (run.error or "")
 
 
@@ -103,8 +121,16 @@ def test_twin_api_violation_fails_the_trial_with_its_message(backend: CpuTwinBac
     tiling = Tiling({"tileLength": 16384, "blockDim": 4, "bufferNum": 2})
     assert not spec.check(tiling, shape, "float32", target).valid
     build = backend.build(spec, spec.compile_key(tiling, "float32"))
-    run = backend.run(build, spec, shape=shape, dtype="float32", target=target, tiling=tiling,
-                      check=True, measure=ONCE)  # fmt: skip
+    run = backend.run(
+        build,
+        spec,
+        shape=shape,
+        dtype="float32",
+        target=target,
+        tiling=tiling,
+        check=True,
+        measure=ONCE,
+    )
     assert run.status == "crashed"
     assert "UB" in (run.error or "") and "188416" in (run.error or "")
 
@@ -119,10 +145,14 @@ class FaultOp(OpSpec):
     def kernel_path(self) -> Path:
         return Path(__file__).parent / "fault_op" / "fault.cpp"
 
-    def runtime_tunables(self, shape: Shape, dtype: str, target: TargetProfile) -> tuple[Tunable, ...]:
+    def runtime_tunables(
+        self, shape: Shape, dtype: str, target: TargetProfile
+    ) -> tuple[Tunable, ...]:
         return (Tunable("mode", (0, 1, 2), "0 copy, 1 segfault, 2 hang"),)
 
-    def footprint(self, tiling: Tiling, shape: Shape, dtype: str, target: TargetProfile) -> Footprint:
+    def footprint(
+        self, tiling: Tiling, shape: Shape, dtype: str, target: TargetProfile
+    ) -> Footprint:
         return Footprint()
 
     def rules(self, tiling: Tiling, shape: Shape, dtype: str, target: TargetProfile) -> list[str]:
@@ -132,19 +162,28 @@ class FaultOp(OpSpec):
         return Tiling({"mode": 0})
 
     def gm_args(self, shape: Shape, dtype: str) -> tuple[GmArg, ...]:
-        return (GmArg("x", "in", shape["N"], "float32"), GmArg("y", "out", shape["N"], "float32"),
-                GmArg("workspace", "workspace", 32, "uint8"))  # fmt: skip
+        return (
+            GmArg("x", "in", shape["N"], "float32"),
+            GmArg("y", "out", shape["N"], "float32"),
+            GmArg("workspace", "workspace", 32, "uint8"),
+        )
 
-    def tiling_struct(self, tiling: Tiling, shape: Shape, dtype: str, target: TargetProfile) -> tuple[StructField, ...]:
+    def tiling_struct(
+        self, tiling: Tiling, shape: Shape, dtype: str, target: TargetProfile
+    ) -> tuple[StructField, ...]:
         return (StructField("length", "i", shape["N"]), StructField("mode", "i", tiling["mode"]))
 
     def block_dim(self, tiling: Tiling, shape: Shape, dtype: str, target: TargetProfile) -> int:
         return 1
 
-    def make_inputs(self, shape: Shape, dtype: str, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    def make_inputs(
+        self, shape: Shape, dtype: str, rng: np.random.Generator
+    ) -> dict[str, np.ndarray]:
         return {"x": rng.standard_normal(shape["N"]).astype(np.float32)}
 
-    def reference(self, inputs: Mapping[str, np.ndarray], shape: Shape, dtype: str) -> dict[str, np.ndarray]:
+    def reference(
+        self, inputs: Mapping[str, np.ndarray], shape: Shape, dtype: str
+    ) -> dict[str, np.ndarray]:
         return {"y": inputs["x"].copy()}
 
     def traffic(self, shape: Shape, dtype: str) -> Traffic:
@@ -160,8 +199,16 @@ def test_crash_and_hang_fail_one_trial_and_the_runner_restarts(tmp_path: Path) -
         assert build.ok, build.error
 
         def run(mode: int) -> tuple[str, str | None]:
-            result = twin.run(build, spec, shape=shape, dtype="float32", target=target,
-                              tiling=Tiling({"mode": mode}), check=True, measure=ONCE)  # fmt: skip
+            result = twin.run(
+                build,
+                spec,
+                shape=shape,
+                dtype="float32",
+                target=target,
+                tiling=Tiling({"mode": mode}),
+                check=True,
+                measure=ONCE,
+            )
             return result.status, result.error
 
         assert run(0) == ("ok", None)

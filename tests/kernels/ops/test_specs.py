@@ -43,7 +43,7 @@ def test_default_tiling_is_valid_and_in_the_space(
 
 
 def test_unknown_op_names_the_known_ones() -> None:
-    with pytest.raises(InputError, match="unknown op 'matmul'.*linear_add_gelu"):
+    with pytest.raises(InputError, match=r"unknown op 'matmul'.*linear_add_gelu"):
         get_op("matmul")
 
 

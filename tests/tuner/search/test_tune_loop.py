@@ -30,22 +30,44 @@ class CountingBackend(Backend):
     def build(self, spec: OpSpec, defines: dict[str, str]) -> BuildResult:
         key = repr(sorted(defines.items()))
         self.builds[key] += 1
-        return BuildResult(ok=True, key=key, artifact=Path("/nonexistent"), spills=self.spills,
-                           stack_bytes=128)
+        return BuildResult(
+            ok=True, key=key, artifact=Path("/nonexistent"), spills=self.spills, stack_bytes=128
+        )
 
-    def run(self, build: BuildResult, spec: OpSpec, *, shape: Shape, dtype: str,
-            target: TargetProfile, tiling: Tiling, check: bool, measure: MeasureOptions) -> RunResult:
+    def run(
+        self,
+        build: BuildResult,
+        spec: OpSpec,
+        *,
+        shape: Shape,
+        dtype: str,
+        target: TargetProfile,
+        tiling: Tiling,
+        check: bool,
+        measure: MeasureOptions,
+    ) -> RunResult:
         self.runs[tiling.key()] += 1
         self.checked[tiling.key()] += check
         if tiling["tileLength"] == self.crash_tile:
             return RunResult("crashed", error="runner died (signal SIGSEGV)")
-        latency = 1000.0 / tiling["blockDim"] + abs(tiling["tileLength"] - 2048) / 100 + tiling["bufferNum"]
+        latency = (
+            1000.0 / tiling["blockDim"]
+            + abs(tiling["tileLength"] - 2048) / 100
+            + tiling["bufferNum"]
+        )
         return RunResult("ok", (latency, latency * 1.01, latency * 0.99))
 
 
 def make_tuner(db: store.Store, backend: Backend, settings: Settings, n: int = 1 << 16) -> Tuner:
-    return Tuner(spec=get_op("scale_relu_dropout"), shape=Shape({"N": n}), dtype="float32",
-                 target=twin_target(), backend=backend, db=db, settings=settings)
+    return Tuner(
+        spec=get_op("scale_relu_dropout"),
+        shape=Shape({"N": n}),
+        dtype="float32",
+        target=twin_target(),
+        backend=backend,
+        db=db,
+        settings=settings,
+    )
 
 
 @pytest.fixture
@@ -64,7 +86,9 @@ def test_default_first_no_tiling_twice_infeasible_never_built(settings: Settings
         records = store.records_for(s, workload_id=tuner.workload_id)
     searched = [r for r in records if r.source != "remeasure"]
     assert searched[0].source == "default"
-    assert Tiling(searched[0].tiling) == tuner.spec.default_tiling(tuner.shape, "float32", tuner.target)
+    assert Tiling(searched[0].tiling) == tuner.spec.default_tiling(
+        tuner.shape, "float32", tuner.target
+    )
     # Every measured tiling was checked once and measured once during the search.
     measured = [r for r in searched if r.status == "ok"]
     assert len(measured) == 12 == len({r.tiling_key for r in measured})
@@ -73,7 +97,9 @@ def test_default_first_no_tiling_twice_infeasible_never_built(settings: Settings
     infeasible = [r for r in searched if r.status == "infeasible"]
     assert len(infeasible) == p.rejected_static
     assert all(backend.runs[r.tiling_key] == 0 for r in infeasible)
-    assert all(r.error and "overflow" in r.error or "blockDim" in (r.error or "") for r in infeasible)
+    assert all(
+        (r.error and "overflow" in r.error) or "blockDim" in (r.error or "") for r in infeasible
+    )
     # Builds are per compile-time key only: bufferNum 1 or 2.
     assert set(backend.builds.values()) == {1} and len(backend.builds) <= 2
     # The winner is the fastest re-measured tiling, and the table holds it.
