@@ -64,6 +64,26 @@ class Settings(BaseSettings):
         default=1 << 28, ge=1, description="Largest tensor (elements) a request may ask for."
     )
 
+    # Service
+    api_token: str | None = Field(
+        default=None,
+        description="Bearer token that write endpoints require. No default: without it writes "
+        "are refused, except in dev mode.",
+    )
+    dev_mode: bool = Field(
+        default=False,
+        description="Accept writes without a token. Only for a local `tilewise serve` on a "
+        "loopback address.",
+    )
+    max_body_bytes: int = Field(default=64 * 1024, ge=1024)
+    cors_origins: list[str] = Field(default_factory=list, description="Closed unless listed.")
+
+    # Workers and jobs
+    lease_s: float = Field(default=60.0, gt=0, description="A job's lease; renewed by heartbeat.")
+    heartbeat_s: float = Field(default=10.0, gt=0)
+    poll_s: float = Field(default=1.0, gt=0, description="Idle workers look for jobs this often.")
+    default_budget: int = Field(default=40, ge=1)
+
     @field_validator("cache_dir")
     @classmethod
     def _expand(cls, value: Path) -> Path:
