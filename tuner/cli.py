@@ -264,6 +264,17 @@ def db_upgrade(db: DbOpt = None) -> None:
     out.print("database is at the newest revision")
 
 
+def _register_commands() -> None:
+    # Command groups live in their own modules so each stays small; they share `app`.
+    from tuner import _cli_export, _cli_service
+
+    _cli_export.register(app)
+    _cli_service.register(app)
+
+
+_register_commands()
+
+
 def main() -> None:
     try:
         app()
