@@ -1,0 +1,40 @@
+"""The public surface of each package is what its __all__ says, and nothing it lists is missing."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+PUBLIC = {
+    "kernels.ops": {
+        "OPS",
+        "Check",
+        "Footprint",
+        "GmArg",
+        "OpSpec",
+        "StructField",
+        "Traffic",
+        "Tunable",
+        "get_op",
+        "list_ops",
+    },
+    "kernels.backends": {
+        "BACKENDS",
+        "Backend",
+        "BuildLimits",
+        "BuildResult",
+        "MeasureOptions",
+        "RunResult",
+        "create_backend",
+    },
+    "tuner.search": {"Budget", "Measured", "Progress", "TuneResult", "Tuner", "make_sampler"},
+}
+
+
+@pytest.mark.parametrize("module", sorted(PUBLIC))
+def test_all_is_pinned(module: str) -> None:
+    mod = importlib.import_module(module)
+    assert set(mod.__all__) == PUBLIC[module]
+    for name in mod.__all__:
+        assert hasattr(mod, name), name
