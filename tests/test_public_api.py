@@ -9,6 +9,7 @@ import pytest
 PUBLIC = {
     "kernels.ops": {
         "OPS",
+        "Buffer",
         "Check",
         "Footprint",
         "GmArg",

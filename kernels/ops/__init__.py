@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import importlib
 
-from kernels.ops._base import Check, Footprint, GmArg, OpSpec, StructField, Traffic, Tunable
+from kernels.ops._base import Buffer, Check, Footprint, GmArg, OpSpec, StructField, Traffic, Tunable
 from tuner.errors import InputError
 
 __all__ = [
     "OPS",
+    "Buffer",
     "Check",
     "Footprint",
     "GmArg",

@@ -84,6 +84,15 @@ class GmArg:
 
 
 @dataclass(frozen=True)
+class Buffer:
+    """One on-chip buffer the kernel's Init allocates, as the device sees it."""
+
+    name: str
+    memory: Literal["ub", "l1", "l0a", "l0b", "l0c", "bt"]
+    nbytes: int  # already rounded as the allocator rounds it (32 B for TPipe buffers)
+
+
+@dataclass(frozen=True)
 class Footprint:
     """Bytes of each on-chip memory one core uses."""
 
@@ -224,9 +233,20 @@ class OpSpec(ABC):
 
     # -- static checks -----------------------------------------------------------------------
     @abstractmethod
+    def buffers(
+        self, tiling: Tiling, shape: Shape, dtype: str, target: TargetProfile
+    ) -> tuple[Buffer, ...]:
+        """Every buffer one core holds at once for this tiling: each InitBuffer (one entry
+        per queue slot) and the Matmul object's L1/L0 buffers, in allocation order."""
+
     def footprint(
         self, tiling: Tiling, shape: Shape, dtype: str, target: TargetProfile
-    ) -> Footprint: ...
+    ) -> Footprint:
+        """Bytes per memory: the sum of :meth:`buffers`."""
+        totals = dict.fromkeys(MEMORIES, 0)
+        for buffer in self.buffers(tiling, shape, dtype, target):
+            totals[buffer.memory] += buffer.nbytes
+        return Footprint(**totals)
 
     @abstractmethod
     def rules(self, tiling: Tiling, shape: Shape, dtype: str, target: TargetProfile) -> list[str]:

@@ -15,7 +15,7 @@ import numpy as np
 
 from kernels.ops._base import (
     NUMPY_DTYPES,
-    Footprint,
+    Buffer,
     GmArg,
     OpSpec,
     StructField,
@@ -83,23 +83,29 @@ class LinearAddGelu(OpSpec):
             shape["N"], tiling["singleCoreN"]
         )
 
-    def footprint(
+    def buffers(
         self, tiling: Tiling, shape: Shape, dtype: str, target: TargetProfile
-    ) -> Footprint:
+    ) -> tuple[Buffer, ...]:
         size = itemsize(dtype)
         bm, bn, bk = tiling["baseM"], tiling["baseN"], tiling["baseK"]
-        ub = align32(bm * bn * 4)  # C block from the cube, float
-        ub += align32(bn * 4)  # bias of the current N block, float
+        plan = [
+            Buffer("cQueue", "ub", align32(bm * bn * 4)),  # C block from the cube, float
+            Buffer("biasBuf", "ub", align32(bn * 4)),  # bias of the current N block, float
+        ]
         if dtype != "float32":
-            ub += align32(bn * size)  # bias staged in the data type before the cast
-        ub += 2 * align32(tiling["epiRows"] * bn * size)  # double-buffered output tile
-        return Footprint(
-            ub=ub,
-            l1=(tiling["depthA1"] * bm + tiling["depthB1"] * bn) * bk * size,
-            l0a=DB_L0AB * bm * bk * size,
-            l0b=DB_L0AB * bn * bk * size,
-            l0c=tiling["dbL0C"] * bm * bn * 4,
-        )
+            plan.append(Buffer("biasCastBuf", "ub", align32(bn * size)))
+        plan += [
+            Buffer(f"outQueue[{i}]", "ub", align32(tiling["epiRows"] * bn * size)) for i in range(2)
+        ]
+        # The Matmul object: A and B tiles in L1, ping-pong L0A/L0B, L0C accumulators.
+        plan += [
+            Buffer("A1", "l1", tiling["depthA1"] * bm * bk * size),
+            Buffer("B1", "l1", tiling["depthB1"] * bn * bk * size),
+        ]
+        plan += [Buffer(f"A2[{i}]", "l0a", bm * bk * size) for i in range(DB_L0AB)]
+        plan += [Buffer(f"B2[{i}]", "l0b", bn * bk * size) for i in range(DB_L0AB)]
+        plan += [Buffer(f"CO1[{i}]", "l0c", bm * bn * 4) for i in range(tiling["dbL0C"])]
+        return tuple(plan)
 
     def rules(self, tiling: Tiling, shape: Shape, dtype: str, target: TargetProfile) -> list[str]:
         reasons = []

@@ -12,7 +12,7 @@ import numpy as np
 
 from kernels.ops._base import (
     NUMPY_DTYPES,
-    Footprint,
+    Buffer,
     GmArg,
     OpSpec,
     StructField,
@@ -83,15 +83,19 @@ class ScaleReluDropout(OpSpec):
     def _block_length(self, tiling: Tiling, shape: Shape) -> int:
         return round_up(ceil_div(shape["N"], tiling["blockDim"]), ALIGN)
 
-    def footprint(
+    def buffers(
         self, tiling: Tiling, shape: Shape, dtype: str, target: TargetProfile
-    ) -> Footprint:
-        tile, size, buffers = tiling["tileLength"], itemsize(dtype), tiling["bufferNum"]
-        ub = 2 * buffers * align32(tile * size)  # in and out queues
-        ub += 2 * align32(tile * 4)  # hash (uint32) and mask (float) scratch
+    ) -> tuple[Buffer, ...]:
+        tile, size, depth = tiling["tileLength"], itemsize(dtype), tiling["bufferNum"]
+        plan = [Buffer(f"inQueueX[{i}]", "ub", align32(tile * size)) for i in range(depth)]
+        plan += [Buffer(f"outQueueY[{i}]", "ub", align32(tile * size)) for i in range(depth)]
+        plan += [
+            Buffer("hashBuf", "ub", align32(tile * 4)),
+            Buffer("maskBuf", "ub", align32(tile * 4)),
+        ]
         if dtype != "float32":
-            ub += align32(tile * size)  # the mask cast to the data type
-        return Footprint(ub=ub)
+            plan.append(Buffer("maskCastBuf", "ub", align32(tile * size)))
+        return tuple(plan)
 
     def rules(self, tiling: Tiling, shape: Shape, dtype: str, target: TargetProfile) -> list[str]:
         reasons = []

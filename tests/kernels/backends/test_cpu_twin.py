@@ -10,7 +10,7 @@ import pytest
 
 from kernels.backends import BuildLimits, MeasureOptions
 from kernels.backends._cpu_twin import CpuTwinBackend
-from kernels.ops import Footprint, GmArg, OpSpec, StructField, Traffic, Tunable, get_op
+from kernels.ops import Buffer, GmArg, OpSpec, StructField, Traffic, Tunable, get_op
 from kernels.targets import TargetProfile, twin_target
 from tuner.settings import Settings
 from tuner.types import Shape, Tiling
@@ -150,10 +150,10 @@ class FaultOp(OpSpec):
     ) -> tuple[Tunable, ...]:
         return (Tunable("mode", (0, 1, 2), "0 copy, 1 segfault, 2 hang"),)
 
-    def footprint(
+    def buffers(
         self, tiling: Tiling, shape: Shape, dtype: str, target: TargetProfile
-    ) -> Footprint:
-        return Footprint()
+    ) -> tuple[Buffer, ...]:
+        return ()
 
     def rules(self, tiling: Tiling, shape: Shape, dtype: str, target: TargetProfile) -> list[str]:
         return []
