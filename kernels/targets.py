@@ -7,11 +7,13 @@ an Ascend profile (910B1 unless configured), so a tiling tuned on the twin fits 
 
 from __future__ import annotations
 
+import configparser
 import os
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
-from tuner.errors import InputError
+from tuner.errors import ConfigError, InputError
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -114,6 +116,55 @@ BUILTIN: dict[str, TargetProfile] = {
 TWIN_DEFAULT_PROFILE = "ascend910b1"
 
 
+def read_platform_ini(path: Path, *, name: str | None = None) -> TargetProfile:
+    """A profile from CANN's ``platform_config/<SoC>.ini`` ([SoCInfo], [AICoreSpec],
+    [AICoreMemoryRates]); sizes in the ini are bytes, the clock MHz."""
+    ini = configparser.ConfigParser()
+    try:
+        if not ini.read(path):
+            raise ConfigError(f"cannot read platform file {path}")
+        soc, spec, rates = ini["SoCInfo"], ini["AICoreSpec"], ini["AICoreMemoryRates"]
+        cube = int(soc.get("cube_core_cnt") or soc["ai_core_cnt"])
+        return TargetProfile(
+            name=name or path.stem.lower(),
+            backend="ascend",
+            soc=path.stem,
+            cube_cores=cube,
+            vector_cores=int(soc.get("vector_core_cnt") or cube),
+            freq_mhz=int(spec["cube_freq"]),
+            ub=int(spec["ub_size"]),
+            l1=int(spec["l1_size"]),
+            l0a=int(spec["l0_a_size"]),
+            l0b=int(spec["l0_b_size"]),
+            l0c=int(spec["l0_c_size"]),
+            bt=int(spec.get("bt_size") or 0),
+            l2=int(soc.get("l2_size") or 0),
+            ddr_rate=int(rates["ddr_rate"]),
+            source=str(path),
+        )
+    except (KeyError, ValueError, configparser.Error) as exc:
+        raise ConfigError(f"platform file {path} lacks or garbles {exc}") from exc
+
+
+def toolkit_platform_dir() -> Path | None:
+    """``<toolkit>/<arch>-linux/data/platform_config`` of the CANN toolkit in the environment."""
+    for var in ("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME"):
+        home = os.environ.get(var)
+        if home:
+            for candidate in sorted(Path(home).glob("*-linux/data/platform_config")):
+                return candidate
+    return None
+
+
+def ascend_target(key: str) -> TargetProfile:
+    """An Ascend profile: from the installed toolkit's ini when there is one, else built in."""
+    builtin = BUILTIN[key]
+    platform_dir = toolkit_platform_dir()
+    if platform_dir is not None and (platform_dir / f"{builtin.soc}.ini").exists():
+        return read_platform_ini(platform_dir / f"{builtin.soc}.ini", name=key)
+    return builtin
+
+
 def twin_target(profile: str | None = None) -> TargetProfile:
     """The cpu-twin target with the on-chip sizes of ``profile`` (env TILEWISE_TWIN_PROFILE)."""
     base = BUILTIN[profile or os.environ.get("TILEWISE_TWIN_PROFILE", TWIN_DEFAULT_PROFILE)]
@@ -126,10 +177,10 @@ def get_target(name: str) -> TargetProfile:
     if key == "cpu-twin":
         return twin_target()
     if key in BUILTIN:
-        return BUILTIN[key]
+        return ascend_target(key)
     known = ", ".join(["cpu-twin", *BUILTIN])
     raise InputError(f"unknown target {name!r}; known targets: {known}")
 
 
 def list_targets() -> list[TargetProfile]:
-    return [twin_target(), *BUILTIN.values()]
+    return [twin_target(), *(ascend_target(key) for key in BUILTIN)]
