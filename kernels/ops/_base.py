@@ -138,6 +138,26 @@ class Traffic:
 
 
 @dataclass(frozen=True)
+class BlockWork:
+    """What one block of a launch does, for the Ascend cost model (per core, in bytes/MACs).
+
+    ``stages`` is how many CopyIn/Compute/CopyOut (or Iterate/epilogue) rounds the block runs;
+    with ``overlapped`` (double buffering) the pipes work on different rounds at once.
+    ``vector_calls`` counts vector instructions issued: each has a fixed issue cost, which is
+    what makes tiny tiles slow even when the bytes are the same.
+    """
+
+    blocks: int  # blocks launched (waves = ceil(blocks / cores))
+    cores: int  # cores they run on
+    gm_bytes: float  # GM <-> UB/L1 traffic of the busiest block
+    cube_macs: float  # multiply-accumulates on the cube, padding included
+    vector_bytes: float  # bytes read by vector instructions
+    vector_calls: float
+    stages: int
+    overlapped: bool
+
+
+@dataclass(frozen=True)
 class StructField:
     """One 4-byte field of the packed tiling struct: its C name, struct code and value."""
 
@@ -316,6 +336,12 @@ class OpSpec(ABC):
     # -- analysis ------------------------------------------------------------------------------
     @abstractmethod
     def traffic(self, shape: Shape, dtype: str) -> Traffic: ...
+
+    def block_work(
+        self, tiling: Tiling, shape: Shape, dtype: str, target: TargetProfile
+    ) -> BlockWork:
+        """The work of the busiest block, for the Ascend cost model."""
+        raise NotImplementedError(f"{self.name} has no cost model")
 
 
 def itemsize(dtype: str) -> int:

@@ -90,13 +90,11 @@ def plan_mlir(buffers: list[Buffer], *, name: str = "plan") -> str:
         body.append(f"    // {b.name}: {b.nbytes} B")
         body.append(f"    %buf{i} = memref.alloc() : {ty(b.nbytes, 'ub')}")
     for i, b in enumerate(buffers):
-        body.append(
-            f"    hivm.hir.load ins(%in{i} : {ty(b.nbytes, 'gm')}) outs(%buf{i} : {ty(b.nbytes, 'ub')})"
-        )
-    for i, b in enumerate(buffers):
-        body.append(
-            f"    hivm.hir.store ins(%buf{i} : {ty(b.nbytes, 'ub')}) outs(%out{i} : {ty(b.nbytes, 'gm')})"
-        )
+        gm, ub = ty(b.nbytes, "gm"), ty(b.nbytes, "ub")
+        body.append(f"    hivm.hir.load ins(%in{i} : {gm}) outs(%buf{i} : {ub})")
+    for i, b in enumerate(buffers):  # stored only after every load: all are live at once
+        gm, ub = ty(b.nbytes, "gm"), ty(b.nbytes, "ub")
+        body.append(f"    hivm.hir.store ins(%buf{i} : {ub}) outs(%out{i} : {gm})")
     signature = ", ".join(args)
     attrs = "attributes {hacc.entry, hacc.function_kind = #hacc.function_kind<DEVICE>}"
     return (
@@ -125,9 +123,8 @@ def check_plan(
 ) -> PlanVerdict:
     """Run ``bishengir-compile`` on the op's UB plan for ``target``."""
     if target.soc not in SUPPORTED_SOCS:
-        raise ConfigError(
-            f"the AscendNPU IR compiler has no target {target.soc}; it knows {', '.join(SUPPORTED_SOCS)}"
-        )
+        known = ", ".join(SUPPORTED_SOCS)
+        raise ConfigError(f"the AscendNPU IR compiler has no target {target.soc}; it knows {known}")
     binary = find_bishengir()
     with tempfile.TemporaryDirectory(prefix="tilewise-plan-") as tmp:
         source = Path(tmp) / f"{spec.name}.mlir"

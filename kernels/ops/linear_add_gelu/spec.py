@@ -15,6 +15,7 @@ import numpy as np
 
 from kernels.ops._base import (
     NUMPY_DTYPES,
+    BlockWork,
     Buffer,
     GmArg,
     OpSpec,
@@ -260,6 +261,37 @@ class LinearAddGelu(OpSpec):
 
     def tolerance(self, dtype: str, shape: Shape) -> tuple[float, float]:
         return (1e-3, 1e-3) if dtype == "float32" else (2e-2, 2e-2)
+
+    def block_work(
+        self, tiling: Tiling, shape: Shape, dtype: str, target: TargetProfile
+    ) -> BlockWork:
+        size, k = itemsize(dtype), shape["K"]
+        bm, bn, bk = tiling["baseM"], tiling["baseN"], tiling["baseK"]
+        sm, sn = min(tiling["singleCoreM"], shape["M"]), min(tiling["singleCoreN"], shape["N"])
+        mb, nb, kt = ceil_div(sm, bm), ceil_div(sn, bn), ceil_div(k, bk)
+        # L1 reuse: a matrix is read from GM once per core when all of its tiles that the walk
+        # revisits fit in its L1 depth, else once per block of the other dimension.
+        if tiling["iterateOrder"] == 0:  # M varies fastest: A's tiles are revisited per N block
+            a_reads = 1 if tiling["depthA1"] >= mb * kt else nb
+            b_reads = 1 if tiling["depthB1"] >= kt else mb
+        else:
+            a_reads = 1 if tiling["depthA1"] >= kt else nb
+            b_reads = 1 if tiling["depthB1"] >= nb * kt else mb
+        gm = (sm * k * a_reads + k * sn * b_reads + sn * mb + sm * sn) * size
+        macs = (mb * bm) * (nb * bn) * (kt * bk)  # padded base blocks cost full cube cycles
+        # Epilogue per C block: a bias Add per row, then GELU (~10 float ops) per epiRows chunk.
+        chunks = ceil_div(bm, tiling["epiRows"])
+        calls = mb * nb * (bm + chunks * (GELU_FLOPS + (dtype != "float32")))
+        return BlockWork(
+            blocks=self.used_cores(tiling, shape),
+            cores=target.cube_cores,
+            gm_bytes=gm,
+            cube_macs=macs,
+            vector_bytes=mb * nb * bm * bn * 4 * (GELU_FLOPS + 2),
+            vector_calls=calls,
+            stages=mb * nb,
+            overlapped=tiling["dbL0C"] == 2,
+        )
 
     def traffic(self, shape: Shape, dtype: str) -> Traffic:
         m, n, k, size = shape["M"], shape["N"], shape["K"], itemsize(dtype)

@@ -12,6 +12,7 @@ import numpy as np
 
 from kernels.ops._base import (
     NUMPY_DTYPES,
+    BlockWork,
     Buffer,
     GmArg,
     OpSpec,
@@ -33,6 +34,7 @@ SCALE = 1.7
 DROP_P = 0.1
 SEED = 20260522
 _U32 = 0xFFFFFFFF
+VECTOR_OPS_PER_TILE = 21
 
 
 def seed_mix(seed: int) -> int:
@@ -170,6 +172,24 @@ class ScaleReluDropout(OpSpec):
 
     def tolerance(self, dtype: str, shape: Shape) -> tuple[float, float]:
         return (1e-6, 1e-6) if dtype == "float32" else (2e-3, 2e-3)
+
+    def block_work(
+        self, tiling: Tiling, shape: Shape, dtype: str, target: TargetProfile
+    ) -> BlockWork:
+        size, n = itemsize(dtype), shape["N"]
+        elements = min(self._block_length(tiling, shape), n)
+        tiles = ceil_div(elements, tiling["tileLength"])
+        # Per tile: 10 int32 ops for the hash, 7 float ops for the mask, 4 on the data.
+        return BlockWork(
+            blocks=tiling["blockDim"],
+            cores=target.vector_cores,
+            gm_bytes=2 * elements * size,
+            cube_macs=0,
+            vector_bytes=elements * (17 * 4 + 4 * size),
+            vector_calls=tiles * VECTOR_OPS_PER_TILE,
+            stages=tiles,
+            overlapped=tiling["bufferNum"] == 2,
+        )
 
     def traffic(self, shape: Shape, dtype: str) -> Traffic:
         n, size = shape["N"], itemsize(dtype)

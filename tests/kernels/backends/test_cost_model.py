@@ -1,0 +1,85 @@
+"""The Ascend cost model: its terms behave as the hardware facts say (all figures predicted)."""
+
+from __future__ import annotations
+
+import pytest
+
+from kernels.backends._ascend.cost_model import LAUNCH_OVERHEAD_US, predict
+from kernels.ops import get_op
+from kernels.targets import get_target
+from tuner.types import Shape, Tiling
+
+TARGET = get_target("ascend910b1")
+
+
+def test_fp32_cube_is_four_times_slower() -> None:
+    spec, shape = get_op("linear_add_gelu"), Shape({"M": 1024, "N": 1024, "K": 1024})
+    tiling = spec.default_tiling(shape, "float16", TARGET)
+    half, single = (
+        predict(spec, tiling, shape, "float16", TARGET),
+        predict(spec, tiling, shape, "float32", TARGET),
+    )
+    assert single.cube_us == pytest.approx(4 * half.cube_us)
+    assert single.mte_us == pytest.approx(2 * half.mte_us)
+
+
+def test_double_buffering_overlaps_the_pipes() -> None:
+    spec, shape = get_op("scale_relu_dropout"), Shape({"N": 1 << 22})
+    single = Tiling({"tileLength": 4096, "blockDim": 48, "bufferNum": 1})
+    double = single.replace(bufferNum=2)
+    a, b = (
+        predict(spec, single, shape, "float32", TARGET),
+        predict(spec, double, shape, "float32", TARGET),
+    )
+    assert b.total_us < a.total_us
+    assert a.total_us == pytest.approx(a.mte_us + a.vector_us + LAUNCH_OVERHEAD_US)
+
+
+def test_waves_quantize_blocks_over_cores() -> None:
+    spec, shape = get_op("scale_relu_dropout"), Shape({"N": 1 << 22})
+    full = predict(
+        spec, Tiling({"tileLength": 4096, "blockDim": 48, "bufferNum": 2}), shape, "float32", TARGET
+    )
+    assert full.waves == 1
+    small = get_target("ascend910b4")  # 40 vector cores: 48 blocks take two waves
+    assert (
+        predict(
+            spec,
+            Tiling({"tileLength": 4096, "blockDim": 48, "bufferNum": 2}),
+            shape,
+            "float32",
+            small,
+        ).waves
+        == 2
+    )
+
+
+def test_tiny_tiles_pay_issue_cost() -> None:
+    spec, shape = get_op("scale_relu_dropout"), Shape({"N": 1 << 22})
+    tiny = predict(
+        spec, Tiling({"tileLength": 256, "blockDim": 48, "bufferNum": 2}), shape, "float32", TARGET
+    )
+    big = predict(
+        spec, Tiling({"tileLength": 4096, "blockDim": 48, "bufferNum": 2}), shape, "float32", TARGET
+    )
+    assert tiny.vector_us > big.vector_us and tiny.mte_us == pytest.approx(big.mte_us)
+
+
+def test_l1_reuse_cuts_matmul_traffic() -> None:
+    spec, shape = get_op("linear_add_gelu"), Shape({"M": 2048, "N": 2048, "K": 256})
+    base = spec.default_tiling(shape, "float16", TARGET).replace(
+        depthA1=1, depthB1=1, stepM=1, stepN=1
+    )
+    reused = base.replace(depthB1=8, stepN=1)
+    assert (
+        predict(spec, reused, shape, "float16", TARGET).mte_us
+        < predict(spec, base, shape, "float16", TARGET).mte_us
+    )
+
+
+def test_prediction_is_labelled() -> None:
+    spec, shape = get_op("scale_relu_dropout"), Shape({"N": 4096})
+    out = predict(
+        spec, spec.default_tiling(shape, "float32", TARGET), shape, "float32", TARGET
+    ).to_dict()
+    assert out["label"] == "predicted" and out["predicted_us"] > 0
