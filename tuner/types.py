@@ -32,12 +32,11 @@ class Shape(Mapping[str, int]):
     def __init__(self, dims: Mapping[str, int] | tuple[tuple[str, int], ...]) -> None:
         items = dims.items() if isinstance(dims, Mapping) else dims
         object.__setattr__(self, "dims", tuple(sorted((str(k), int(v)) for k, v in items)))
+        object.__setattr__(self, "_index", dict(self.dims))  # O(1) reads on hot paths
 
     def __getitem__(self, key: str) -> int:
-        for name, value in self.dims:
-            if name == key:
-                return value
-        raise KeyError(key)
+        value: int = self._index[key]  # type: ignore[attr-defined]
+        return value
 
     def __iter__(self) -> Iterator[str]:
         return (name for name, _ in self.dims)
@@ -90,12 +89,11 @@ class Tiling(Mapping[str, int]):
     def __init__(self, values: Mapping[str, int] | tuple[tuple[str, int], ...]) -> None:
         items = values.items() if isinstance(values, Mapping) else values
         object.__setattr__(self, "entries", tuple(sorted((str(k), int(v)) for k, v in items)))
+        object.__setattr__(self, "_index", dict(self.entries))  # O(1) reads on hot paths
 
     def __getitem__(self, key: str) -> int:
-        for name, value in self.entries:
-            if name == key:
-                return value
-        raise KeyError(key)
+        value: int = self._index[key]  # type: ignore[attr-defined]
+        return value
 
     def __iter__(self) -> Iterator[str]:
         return (name for name, _ in self.entries)

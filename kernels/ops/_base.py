@@ -24,7 +24,7 @@ import struct
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import ClassVar, Literal
 
@@ -244,6 +244,10 @@ class OpSpec(ABC):
         """Every tunable of this workload: runtime fields, then compile-time choices."""
         return (*self.runtime_tunables(shape, dtype, target), *self.compile_tunables)
 
+    @lru_cache(maxsize=1024)  # noqa: B019 - specs are module-level singletons
+    def _tunable_names(self, shape: Shape, dtype: str, target: TargetProfile) -> frozenset[str]:
+        return frozenset(t.name for t in self.tunables(shape, dtype, target))
+
     def compile_key(self, tiling: Tiling, dtype: str) -> dict[str, str]:
         """The compile-time part of a tiling as ``-D`` macros: a build is keyed by this only."""
         defines = {"DTYPE_X": C_DTYPES[dtype]}
@@ -274,7 +278,7 @@ class OpSpec(ABC):
 
     def check(self, tiling: Tiling, shape: Shape, dtype: str, target: TargetProfile) -> Check:
         """Footprint against the target's limits plus :meth:`rules`."""
-        names = {t.name for t in self.tunables(shape, dtype, target)}
+        names = self._tunable_names(shape, dtype, target)
         if set(tiling) != names:
             missing, extra = sorted(names - set(tiling)), sorted(set(tiling) - names)
             raise InputError(

@@ -1,0 +1,429 @@
+"""tuner.export and `tilewise export`: the JSON document from the database, the C header compiled
+by the system compiler and answering as tuner.runtime does."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+import random
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kernels.ops import get_op
+from kernels.targets import get_target
+from tuner import store as st
+from tuner.errors import InputError
+from tuner.export import (
+    FORMAT,
+    FORMAT_VERSION,
+    TableFormatError,
+    dump_document,
+    render_header,
+    table_document,
+)
+from tuner.runtime import TilingTable
+from tuner.types import Shape, Tiling, Workload
+
+DRIVER = Path(__file__).parent / "header_driver" / "driver.c"
+LAG = get_op("linear_add_gelu")
+SRD = get_op("scale_relu_dropout")
+
+
+def _tune(
+    session: Any,
+    op: str,
+    shape: dict[str, int],
+    latency: float,
+    *,
+    target: str = "cpu-twin",
+    dtype: str = "float32",
+    version: str | None = None,
+) -> Tiling:
+    spec = get_op(op)
+    workload = Workload(op, version or spec.version, target, dtype, Shape(shape))
+    tiling = spec.default_tiling(Shape(shape), dtype, get_target(target))
+    row = st.commit_workload(session, workload)
+    record = st.add_record(
+        session,
+        workload_id=row.id,
+        tiling=tiling,
+        status="ok",
+        latency_us=latency,
+        source="search",
+        env={"host": "test"},
+    )
+    st.upsert_tiling(
+        session,
+        workload_id=row.id,
+        record_id=record.id,
+        tiling=tiling,
+        latency_us=latency,
+        default_latency_us=latency * 2,
+        speedup=2.0,
+        evaluations=12,
+    )
+    return tiling
+
+
+def _entry(
+    op: str, shape: dict[str, int], target: str, dtype: str, *, headroom: int = 1
+) -> dict[str, Any]:
+    """An entry whose tiling is the default one of a shape ``headroom`` times larger in every
+    dim but K: tuned tilings that leave cores free stay valid for somewhat larger shapes."""
+    spec = get_op(op)
+    sized = Shape({d: v * (headroom if d != "K" else 1) for d, v in shape.items()})
+    tiling = spec.default_tiling(sized, dtype, get_target(target))
+    return {
+        "op": op,
+        "op_version": spec.version,
+        "target": target,
+        "dtype": dtype,
+        "shape": shape,
+        "tiling": dict(tiling),
+        "latency_us": 10.0,
+        "default_latency_us": None,
+        "speedup": None,
+        "evaluations": 1,
+    }
+
+
+def _document(entries: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "generated_at": "2026-05-22T10:00:00+00:00",
+        "entries": entries,
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# The document
+
+
+def test_table_document_from_the_database(store: st.Store) -> None:
+    with store.session() as session:
+        tiling = _tune(session, "linear_add_gelu", {"M": 256, "N": 512, "K": 128}, 30.0)
+        _tune(session, "linear_add_gelu", {"M": 64, "N": 512, "K": 128}, 9.0, dtype="float16")
+        _tune(session, "scale_relu_dropout", {"N": 4096}, 5.0, target="ascend910b4")
+    with store.session() as session:
+        everything = table_document(session)
+        one = table_document(session, op="linear_add_gelu", target="CPU-TWIN", dtype="float32")
+    assert everything["format"] == FORMAT and everything["format_version"] == FORMAT_VERSION
+    assert len(everything["entries"]) == 3
+    assert one["filters"] == {"op": "linear_add_gelu", "target": "cpu-twin", "dtype": "float32"}
+    [entry] = one["entries"]
+    assert entry == {
+        "op": "linear_add_gelu",
+        "op_version": LAG.version,
+        "target": "cpu-twin",
+        "dtype": "float32",
+        "shape": {"M": 256, "N": 512, "K": 128},
+        "tiling": dict(tiling),
+        "latency_us": 30.0,
+        "default_latency_us": 60.0,
+        "speedup": 2.0,
+        "evaluations": 12,
+    }
+    # What the API serves loads as what the file does.
+    json.loads(dump_document(everything))
+    assert len(TilingTable.from_document(json.loads(dump_document(everything)))) == 3
+
+
+@pytest.mark.parametrize(
+    ("filters", "message"),
+    [
+        ({"op": "matmul"}, "unknown op 'matmul'"),
+        ({"target": "gpu"}, "unknown target 'gpu'"),
+        ({"dtype": "int8"}, "unknown dtype 'int8'"),
+        ({"op": "linear_add_gelu", "dtype": "int8"}, "unknown dtype 'int8'"),
+    ],
+)
+def test_table_document_checks_filters(
+    store: st.Store, filters: dict[str, str], message: str
+) -> None:
+    with store.session() as session, pytest.raises(InputError, match=message):
+        table_document(session, **filters)
+
+
+# ---------------------------------------------------------------------------------------------
+# The CLI
+
+
+def tilewise(*args: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, HOME=str(tmp_path), XDG_DATA_HOME=str(tmp_path / "data"), COLUMNS="200")
+    return subprocess.run(
+        [sys.executable, "-m", "tuner.cli", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_cli_exports_json_and_header(store: st.Store, tmp_path: Path) -> None:
+    with store.session() as session:
+        _tune(session, "linear_add_gelu", {"M": 256, "N": 512, "K": 128}, 30.0)
+        _tune(session, "scale_relu_dropout", {"N": 4096}, 5.0)
+    out = tmp_path / "lag.json"
+    args = ["--target", "cpu-twin", "--dtype", "float32", "--db", store.url]
+    done = tilewise(
+        "export", "linear_add_gelu", *args, "--format", "json", "-o", str(out), tmp_path=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    assert "wrote 1 entries" in done.stderr
+    with store.session() as session:
+        expected = table_document(session, op="linear_add_gelu", target="cpu-twin", dtype="float32")
+    written = json.loads(out.read_text())
+    assert {k: v for k, v in written.items() if k != "generated_at"} == {
+        k: v for k, v in expected.items() if k != "generated_at"
+    }
+    table = TilingTable.from_file(out)
+    assert (
+        table.lookup(
+            "linear_add_gelu",
+            target="cpu-twin",
+            dtype="float32",
+            shape={"M": 256, "N": 512, "K": 128},
+        ).source
+        == "exact"
+    )
+
+    header = tmp_path / "lag.h"
+    done = tilewise(
+        "export",
+        "linear_add_gelu",
+        *args,
+        "--format",
+        "header",
+        "-o",
+        str(header),
+        tmp_path=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "tilewise_linear_add_gelu_cpu_twin_float32_lookup" in header.read_text()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+
+    done = tilewise("export", "scale_relu_dropout", "--db", store.url, tmp_path=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["entries"][0]["shape"] == {"N": 4096}
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["matmul"], "unknown op 'matmul'"),
+        (["linear_add_gelu", "--target", "gpu"], "unknown target 'gpu'"),
+        (["linear_add_gelu", "--dtype", "int8"], "unknown dtype 'int8'"),
+        (["linear_add_gelu", "--format", "yaml"], "unknown format 'yaml'; one of: json, header"),
+        (["linear_add_gelu", "-o", "{tmp}/no/such/dir/t.json"], "no directory"),
+        (["linear_add_gelu", "-o", "{tmp}"], "it is a directory"),
+        (["linear_add_gelu", "--db", "sqlite:///{tmp}/missing.db"], "does not exist"),
+        (
+            ["linear_add_gelu", "--db", "postgresql+psycopg://nobody@127.0.0.1:1/x"],
+            "cannot reach database",
+        ),
+    ],
+)
+def test_cli_bad_input_exits_2_with_one_line(tmp_path: Path, args: list[str], message: str) -> None:
+    db = tmp_path / "tilewise.db"
+    st.open_store(f"sqlite:///{db}").close()
+    target = tmp_path / "out.json"
+    target.write_text("old contents")
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    if "--db" not in args:
+        args += ["--db", f"sqlite:///{db}"]
+    if "-o" not in args:
+        args += ["-o", str(target)]
+    done = tilewise("export", *args, tmp_path=tmp_path)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], done.stderr
+    assert target.read_text() == "old contents"
+    assert not (tmp_path / "missing.db").exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+# ---------------------------------------------------------------------------------------------
+# The C header
+
+
+def _compilers() -> list[tuple[str, list[str]]]:
+    found = []
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc:
+        found.append((cc, ["-std=c99", "-x", "c"]))
+    cxx = shutil.which("g++") or shutil.which("c++")
+    if cxx:
+        found.append((cxx, ["-std=c++11", "-x", "c++"]))
+    return found
+
+
+COMPILERS = _compilers()
+
+
+def _build(header: Path, op: str, tmp_path: Path, compiler: str, std: list[str]) -> Path:
+    upper = op.upper()
+    exe = tmp_path / f"driver-{Path(compiler).name}"
+    cmd = [
+        compiler,
+        *std,
+        "-O2",
+        "-Wall",
+        "-Wextra",
+        "-Werror",
+        "-pedantic",
+        f'-DTW_HEADER="{header}"',
+        f"-DTW_LOOKUP=tilewise_{op}_lookup",
+        f"-DTW_FIELDS=TILEWISE_{upper}_FIELDS",
+        f"-DTW_NDIMS={len(get_op(op).dims)}",
+        str(DRIVER),
+        "-o",
+        str(exe),
+        "-lm",
+    ]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, " ".join(cmd) + "\n" + done.stderr
+    return exe
+
+
+def _ask_c(exe: Path, queries: list[tuple[str, str, tuple[int, ...]]]) -> list[list[int]]:
+    text = "".join(f"{t} {d} {' '.join(map(str, s))}\n" for t, d, s in queries)
+    done = subprocess.run(
+        [str(exe)], input=text, capture_output=True, text=True, timeout=60, check=True
+    )
+    return [[int(v) for v in line.split()] for line in done.stdout.splitlines()]
+
+
+def _nearest_reference(
+    entries: list[dict[str, Any]], dims: tuple[str, ...], asked: tuple[int, ...]
+) -> dict[str, Any]:
+    """The rule written out once more, independently: log2 distance, ties to the smaller shape."""
+
+    def distance(e: dict[str, Any]) -> float:
+        total = abs(math.log2(e["shape"][dims[0]]) - math.log2(asked[0]))
+        for d, a in zip(dims[1:], asked[1:], strict=True):
+            total += abs(math.log2(e["shape"][d]) - math.log2(a))
+        return total
+
+    return min(entries, key=lambda e: (distance(e), tuple(e["shape"][d] for d in dims)))
+
+
+def _tuned_shapes(op: str) -> list[dict[str, int]]:
+    if op == "linear_add_gelu":
+        grid = itertools.product((64, 256, 1000, 4096), (128, 768, 4096), (64, 512, 2048))
+        return [{"M": m, "N": n, "K": k} for m, n, k in grid]
+    return [{"N": n} for n in (512, 4096, 10000, 65536, 1 << 20, 3 << 20)]
+
+
+COMBOS = [("cpu-twin", "float32"), ("ascend910b4", "float16")]
+
+
+@pytest.mark.skipif(not COMPILERS, reason="no C compiler")
+@pytest.mark.parametrize("op", ["linear_add_gelu", "scale_relu_dropout"])
+def test_header_answers_as_python_does(op: str, tmp_path: Path) -> None:
+    spec = get_op(op)
+    dims = spec.dims
+    entries = [_entry(op, s, t, d, headroom=2) for t, d in COMBOS for s in _tuned_shapes(op)]
+    stale = {**_entry(op, _tuned_shapes(op)[0], *COMBOS[0]), "op_version": "0ld0ld0ld0ld"}
+    stale["shape"] = {d: 3 for d in dims}
+    doc = _document([*entries, stale])
+    header = tmp_path / f"{op}.h"
+    header.write_text(render_header(doc, op=op))
+    assert "1 of other op versions left out" in header.read_text()
+    table = TilingTable.from_document(doc)
+
+    rng = random.Random(20260522)
+    queries: list[tuple[str, str, tuple[int, ...]]] = []
+    for target, dtype in COMBOS:
+        for shape in _tuned_shapes(op):
+            base = tuple(shape[d] for d in dims)
+            queries.append((target, dtype, base))  # exact
+            for _ in range(8):
+                queries.append(
+                    (
+                        target,
+                        dtype,
+                        tuple(max(1, round(v * 2 ** rng.uniform(-1.0, 1.0))) for v in base),
+                    )
+                )
+        queries.append((target, dtype, tuple(3 for _ in dims)))  # the stale entry's shape
+    if op == "linear_add_gelu":
+        queries.append(("cpu-twin", "float32", (128, 768, 512)))  # M=64 and M=256 tie
+    assert len(queries) >= (200 if op == "linear_add_gelu" else 100)
+
+    counts = {"exact": 0, "nearest valid": 0, "nearest invalid": 0}
+    for compiler, std in COMPILERS:
+        exe = _build(header, op, tmp_path, compiler, std)
+        c_answers = _ask_c(
+            exe,
+            [*queries, ("cpu-twin", "float64", queries[0][2]), ("gpu", "float32", queries[0][2])],
+        )
+        assert c_answers[-2:] == [[0], [0]]  # no table: the caller's default
+        counts = dict.fromkeys(counts, 0)
+        for (target, dtype, asked), c in zip(queries, c_answers, strict=False):
+            shape = dict(zip(dims, asked, strict=True))
+            py = table.lookup(op, target=target, dtype=dtype, shape=shape)
+            group = [e for e in entries if (e["target"], e["dtype"]) == (target, dtype)]
+            nearest = _nearest_reference(group, dims, asked)
+            if py.source == "exact":
+                assert c == [2, *[py.tiling[f] for f in _fields(spec, target, dtype, asked)]]
+                counts["exact"] += 1
+                continue
+            fields = _fields(spec, target, dtype, asked)
+            # C's rule: the nearest entry, valid or not.
+            assert c == [1, *[nearest["tiling"][f] for f in fields]], (target, dtype, asked)
+            profile = get_target(target)
+            if spec.check(Tiling(nearest["tiling"]), Shape(shape), dtype, profile).valid:
+                assert py.source == "nearest" and dict(py.tiling) == nearest["tiling"]
+                assert c[1:] == [py.tiling[f] for f in fields]
+                counts["nearest valid"] += 1
+            else:
+                # Python walked past it: to a farther valid entry, or to the default.
+                assert dict(py.tiling) != nearest["tiling"] or py.source == "default"
+                assert spec.check(py.tiling, Shape(shape), dtype, profile).valid
+                counts["nearest invalid"] += 1
+    assert counts["exact"] == 2 * len(_tuned_shapes(op))
+    assert counts["nearest valid"] > counts["nearest invalid"], counts
+    assert counts["nearest valid"] + counts["exact"] > len(queries) / 2, counts
+
+
+def _fields(spec: Any, target: str, dtype: str, asked: tuple[int, ...]) -> list[str]:
+    shape = Shape(dict(zip(spec.dims, asked, strict=True)))
+    return [t.name for t in spec.tunables(shape, dtype, get_target(target))]
+
+
+@pytest.mark.skipif(not COMPILERS, reason="no C compiler")
+def test_header_without_entries_compiles_and_finds_nothing(tmp_path: Path) -> None:
+    header = tmp_path / "empty.h"
+    header.write_text(render_header(_document([]), op="linear_add_gelu"))
+    for compiler, std in COMPILERS:
+        exe = _build(header, "linear_add_gelu", tmp_path, compiler, std)
+        assert _ask_c(exe, [("cpu-twin", "float32", (64, 64, 64))]) == [[0]]
+
+
+def test_header_names_fields_and_rejects_bad_input() -> None:
+    text = render_header(
+        _document([_entry("linear_add_gelu", {"M": 64, "N": 64, "K": 64}, "cpu-twin", "float32")]),
+        op="linear_add_gelu",
+    )
+    assert "#define TILEWISE_LINEAR_ADD_GELU_FIELDS 12" in text
+    assert "TILEWISE_LINEAR_ADD_GELU_BASEM = 0," in text
+    assert "#ifndef TILEWISE_LINEAR_ADD_GELU_H" in text and "#include <stdint.h>" in text
+    with pytest.raises(InputError, match="unknown op"):
+        render_header(_document([]), op="matmul")
+    with pytest.raises(TableFormatError, match="version 9"):
+        render_header({**_document([]), "format_version": 9}, op="linear_add_gelu")
+    bad = _entry("scale_relu_dropout", {"N": 64}, "cpu-twin", "float32")
+    bad["tiling"] = {"tileLength": 256}
+    with pytest.raises(InputError, match="not the op's tunables"):
+        render_header(_document([bad]), op="scale_relu_dropout")
+    sneaky = {**_document([]), "generated_at": "*/ int evil; /*"}
+    assert "evil" not in render_header(sneaky, op="linear_add_gelu")

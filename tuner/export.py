@@ -1,0 +1,503 @@
+"""Tiling tables out of the database: a versioned JSON document and a C header.
+
+The JSON document (``FORMAT`` at ``FORMAT_VERSION``) is what ``tilewise export --format json``
+writes, what ``GET /v1/tables/{op}`` serves and what :mod:`tuner.runtime` loads::
+
+    {
+      "format": "tilewise.tilings",
+      "format_version": 1,
+      "generator": "tilewise 0.1.0",
+      "generated_at": "2026-05-22T10:00:00+00:00",
+      "filters": {"op": "linear_add_gelu", "target": null, "dtype": null},
+      "entries": [
+        {"op": "linear_add_gelu", "op_version": "3f2a9c0d1e2b", "target": "cpu-twin",
+         "dtype": "float32", "shape": {"M": 1024, "N": 1024, "K": 512},
+         "tiling": {"baseM": 128, ...}, "latency_us": 812.5, "default_latency_us": 1204.0,
+         "speedup": 1.48, "evaluations": 40}
+      ]
+    }
+
+Loading checks it (:func:`load_entries`, :func:`parse_table`): the format name and version
+(another version is refused, saying which was found and which is read), every field's type,
+dims in ``1..MAX_DIM``, tiling values in int32 (the header stores them so), finite positive
+latencies, one entry per workload. Unknown keys are ignored: additions that old readers may
+skip keep the version; anything else bumps it.
+
+The C header (:func:`render_header`) holds one op's entries of the op's current version; see
+the comment it starts with for its contract.
+
+This module stays light (no SQLAlchemy, Optuna or FastAPI at import): the runtime imports it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from tuner import __version__
+from tuner.errors import InputError
+from tuner.types import DTYPES, MAX_DIM, Shape, Tiling, Workload
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
+__all__ = [
+    "FORMAT",
+    "FORMAT_VERSION",
+    "TableEntry",
+    "TableFormatError",
+    "canonical_filters",
+    "dump_document",
+    "load_entries",
+    "parse_table",
+    "render_header",
+    "table_document",
+]
+
+FORMAT = "tilewise.tilings"
+FORMAT_VERSION = 1
+
+INT32_MAX = 2**31 - 1
+#: Latencies above this (about 30 years) are not measurements.
+MAX_LATENCY_US = 1e15
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}\Z")
+_MAX_TEXT = 200
+
+
+class TableFormatError(InputError):
+    """A tiling table that is not a valid document of the supported format version."""
+
+
+@dataclass(frozen=True)
+class TableEntry:
+    """One row of a tiling table: a workload and its best tiling."""
+
+    op: str
+    op_version: str
+    target: str
+    dtype: str
+    shape: Shape
+    tiling: Tiling
+    latency_us: float
+    default_latency_us: float | None
+    speedup: float | None
+    evaluations: int
+
+    @property
+    def workload(self) -> Workload:
+        return Workload(self.op, self.op_version, self.target, self.dtype, self.shape)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "op": self.op,
+            "op_version": self.op_version,
+            "target": self.target,
+            "dtype": self.dtype,
+            "shape": dict(self.shape),
+            "tiling": dict(self.tiling),
+            "latency_us": self.latency_us,
+            "default_latency_us": self.default_latency_us,
+            "speedup": self.speedup,
+            "evaluations": self.evaluations,
+        }
+
+
+# ---------------------------------------------------------------------------------------------
+# Building a document
+
+
+def table_document(
+    session: Session,
+    *,
+    op: str | None = None,
+    target: str | None = None,
+    dtype: str | None = None,
+) -> dict[str, Any]:
+    """The tiling table (best tiling per workload), optionally of one op, target and dtype.
+
+    Filters are checked and canonicalized (target names are case-insensitive); every op version
+    in the database is included, readers pick the version they run.
+
+    Raises:
+        InputError: unknown op, target or dtype.
+    """
+    from tuner.store import best_tilings
+
+    op, target, dtype = canonical_filters(op, target, dtype)
+    rows = best_tilings(session, op=op, target=target, dtype=dtype)
+    entries = [
+        TableEntry(
+            op=w.op,
+            op_version=w.op_version,
+            target=w.target,
+            dtype=w.dtype,
+            shape=w.shape,
+            tiling=t.tiling,
+            latency_us=t.latency_us,
+            default_latency_us=t.default_latency_us,
+            speedup=t.speedup,
+            evaluations=t.evaluations,
+        ).to_dict()
+        for w, t in rows
+    ]
+    return {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "generator": f"tilewise {__version__}",
+        "generated_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "filters": {"op": op, "target": target, "dtype": dtype},
+        "entries": entries,
+    }
+
+
+def canonical_filters(
+    op: str | None, target: str | None, dtype: str | None
+) -> tuple[str | None, str | None, str | None]:
+    from kernels.ops import get_op
+    from kernels.targets import get_target
+
+    if op is not None:
+        spec = get_op(op)
+        if dtype is not None:
+            spec.validate_dtype(dtype)
+    elif dtype is not None and dtype not in DTYPES:
+        raise InputError(f"unknown dtype {dtype!r}; supported: {', '.join(DTYPES)}")
+    if target is not None:
+        target = get_target(target).name
+    return op, target, dtype
+
+
+def dump_document(doc: Mapping[str, Any]) -> str:
+    """The document as JSON text, one entry per line (diffs stay readable)."""
+    parts = [f" {json.dumps(k)}: {json.dumps(v)}" for k, v in doc.items() if k != "entries"]
+    rows = ",\n".join(f"  {json.dumps(e)}" for e in doc.get("entries", []))
+    parts.append(f' "entries": [\n{rows}\n ]' if rows else ' "entries": []')
+    return "{\n" + ",\n".join(parts) + "\n}\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading and validating
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def parse_table(text: str | bytes, *, source: str = "tiling table") -> list[TableEntry]:
+    """Parse and validate a JSON document; ``source`` names it in error messages.
+
+    Raises:
+        TableFormatError: not JSON (e.g. a truncated file), or not a valid document.
+    """
+    try:
+        doc = json.loads(text, parse_constant=_reject_constant)
+    except RecursionError:
+        raise TableFormatError(f"{source}: JSON nested too deeply") from None
+    except ValueError as exc:  # JSONDecodeError, bad UTF-8, integers too long to convert
+        hint = " (truncated?)" if "Expecting" in str(exc) or "Unterminated" in str(exc) else ""
+        raise TableFormatError(f"{source}: not valid JSON{hint}: {exc}") from None
+    return load_entries(doc, source=source)
+
+
+def load_entries(doc: object, *, source: str = "tiling table") -> list[TableEntry]:
+    """Validate a decoded document and return its entries.
+
+    Raises:
+        TableFormatError: naming the first problem and where it is (``entries[3].shape.M``).
+    """
+    if not isinstance(doc, dict):
+        raise TableFormatError(f"{source}: expected a JSON object, got {_kind(doc)}")
+    found_format = doc.get("format")
+    if found_format != FORMAT:
+        raise TableFormatError(
+            f"{source}: not a tilewise tiling table (format {found_format!r}, expected {FORMAT!r})"
+        )
+    version = doc.get("format_version")
+    if version != FORMAT_VERSION or isinstance(version, bool):
+        newer = isinstance(version, int) and version > FORMAT_VERSION
+        raise TableFormatError(
+            f"{source}: tiling table format version {version!r} is not supported; this "
+            f"tilewise {__version__} reads version {FORMAT_VERSION}"
+            + ("; upgrade tilewise to read it" if newer else "; export the table again")
+        )
+    raw = doc.get("entries")
+    if not isinstance(raw, list):
+        raise TableFormatError(f"{source}: 'entries' must be a list, got {_kind(raw)}")
+    entries: list[TableEntry] = []
+    seen: set[tuple[str, str, str, str, Shape]] = set()
+    for i, item in enumerate(raw):
+        entry = _entry(item, f"{source}: entries[{i}]")
+        key = (entry.op, entry.op_version, entry.target, entry.dtype, entry.shape)
+        if key in seen:
+            raise TableFormatError(
+                f"{source}: entries[{i}]: a second entry for {entry.op} {entry.op_version} "
+                f"{entry.target} {entry.dtype} {entry.shape}"
+            )
+        seen.add(key)
+        entries.append(entry)
+    return entries
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _kind(value: object) -> str:
+    return {dict: "an object", list: "a list", str: "a string", type(None): "null"}.get(
+        type(value), type(value).__name__
+    )
+
+
+def _entry(item: object, where: str) -> TableEntry:
+    if not isinstance(item, dict):
+        raise TableFormatError(f"{where}: expected an object, got {_kind(item)}")
+    return TableEntry(
+        op=_text(item, "op", where),
+        op_version=_text(item, "op_version", where),
+        target=_text(item, "target", where),
+        dtype=_text(item, "dtype", where),
+        shape=Shape(_int_map(item, "shape", where, low=1, high=MAX_DIM)),
+        tiling=Tiling(_int_map(item, "tiling", where, low=-INT32_MAX, high=INT32_MAX)),
+        latency_us=_number(item, "latency_us", where, optional=False),
+        default_latency_us=_number(item, "default_latency_us", where),
+        speedup=_number(item, "speedup", where),
+        evaluations=_int(item.get("evaluations"), f"{where}.evaluations", low=0, high=INT32_MAX),
+    )
+
+
+def _text(item: dict[str, Any], key: str, where: str) -> str:
+    value = item.get(key)
+    if not isinstance(value, str) or not 0 < len(value) <= _MAX_TEXT:
+        raise TableFormatError(
+            f"{where}.{key}: expected a non-empty string of at most {_MAX_TEXT} characters, "
+            f"got {_kind(value) if not isinstance(value, str) else repr(value[:40])}"
+        )
+    return value
+
+
+def _int(value: object, where: str, *, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TableFormatError(f"{where}: expected an integer, got {_short(value)}")
+    if not low <= value <= high:
+        raise TableFormatError(f"{where}: {_short(value)} is outside {low}..{high}")
+    return value
+
+
+def _int_map(item: dict[str, Any], key: str, where: str, *, low: int, high: int) -> dict[str, int]:
+    value = item.get(key)
+    if not isinstance(value, dict) or not value:
+        raise TableFormatError(f"{where}.{key}: expected a non-empty object, got {_kind(value)}")
+    out: dict[str, int] = {}
+    for name, number in value.items():
+        if not _NAME.match(name):
+            raise TableFormatError(f"{where}.{key}: {_short(name)} is not an identifier")
+        out[name] = _int(number, f"{where}.{key}.{name}", low=low, high=high)
+    return out
+
+
+def _number(item: dict[str, Any], key: str, where: str, *, optional: bool = True) -> Any:
+    value = item.get(key)
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TableFormatError(f"{where}.{key}: expected a number, got {_short(value)}")
+    if not (math.isfinite(value) and 0 < value <= MAX_LATENCY_US):
+        raise TableFormatError(f"{where}.{key}: {_short(value)} is outside (0, {MAX_LATENCY_US:g}]")
+    return float(value)
+
+
+# ---------------------------------------------------------------------------------------------
+# The C header
+
+
+def _c_name(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]", "_", text).lower()
+
+
+def shape_order_key(shape: Mapping[str, int], dims: Sequence[str]) -> tuple[int, ...]:
+    """Shapes as tuples in the op's dims order: their sort order breaks distance ties."""
+    return tuple(shape[d] for d in dims)
+
+
+def render_header(doc: Mapping[str, Any], *, op: str) -> str:
+    """A C99/C++11 header with ``op``'s entries of the op's current version; see its comment.
+
+    Raises:
+        TableFormatError: ``doc`` is not a valid document.
+        InputError: unknown op, or entries whose tiling fields are not the op's tunables.
+    """
+    from kernels.ops import get_op
+    from kernels.targets import get_target
+
+    spec = get_op(op)
+    all_entries = [e for e in load_entries(doc, source="tiling table") if e.op == op]
+    entries = [e for e in all_entries if e.op_version == spec.version]
+    stale = len(all_entries) - len(entries)
+    dims = spec.dims
+    upper = _c_name(op).upper()
+    prefix = f"tilewise_{_c_name(op)}"
+
+    groups: dict[tuple[str, str], list[TableEntry]] = {}
+    for e in entries:
+        groups.setdefault((e.target, e.dtype), []).append(e)
+    fields: list[str] | None = None
+    for (target, dtype), group in groups.items():
+        spec.validate_dtype(dtype)
+        if get_target(target).name != target:  # names go into C strings: only canonical ones
+            raise InputError(f"{op}: target {target!r} is not a canonical target name")
+        names = [t.name for t in spec.tunables(group[0].shape, dtype, get_target(target))]
+        if fields is None:
+            fields = names
+        for e in group:
+            if set(e.tiling) != set(names) or names != fields:
+                raise InputError(
+                    f"{op} {e.target} {e.dtype} {e.shape}: tiling fields "
+                    f"{', '.join(sorted(e.tiling))} are not the op's tunables {', '.join(names)}"
+                )
+            if set(e.shape) != set(dims):
+                raise InputError(f"{op}: entry shape {e.shape} does not have the dims {dims}")
+    if fields is None:
+        from kernels.targets import twin_target
+
+        unit = Shape({d: 1024 for d in dims})
+        fields = [t.name for t in spec.tunables(unit, spec.dtypes[0], twin_target())]
+    idents = {(t, d): f"{_c_name(t)}_{_c_name(d)}" for t, d in groups}
+    if len(set(idents.values())) != len(idents):
+        raise InputError(f"{op}: target/dtype names collide once made C identifiers")
+
+    generated_at = str(doc.get("generated_at", "?"))
+    if not re.fullmatch(r"[0-9A-Za-z:+.\- ]{1,40}", generated_at):
+        generated_at = "?"
+    dim_params = ", ".join(f"int64_t {d}" for d in dims)
+    dim_args = ", ".join(dims)
+    n_dims, n_fields = len(dims), len(fields)
+    out: list[str] = []
+    w = out.append
+    w(f"""/* Tiling table of {op}: generated by tilewise {__version__}. Do not edit.
+ *
+ * op version {spec.version}; source table format {FORMAT} v{FORMAT_VERSION}, generated at
+ * {generated_at}; {len(entries)} entries ({stale} of other op versions left out).
+ *
+ * For a host TilingFunc (C99 or C++11, no allocation, no global state):
+ *
+ *     int32_t t[TILEWISE_{upper}_FIELDS];
+ *     int rc = {prefix}_lookup("cpu-twin", "float32", {dim_args}, t);
+ *     if (rc == TILEWISE_NOT_FOUND) {{ ... the op's default tiling ... }}
+ *     else tilingData.set_baseM(t[TILEWISE_{upper}_{fields[0].upper()}]); ...
+ *
+ * or the per-(target, dtype) function {prefix}_<target>_<dtype>_lookup({dim_args}, t).
+ * Returns TILEWISE_EXACT (2) when the shape was tuned, TILEWISE_NEAREST (1) with the tiling of
+ * the nearest tuned shape, TILEWISE_NOT_FOUND (0) when there is no table for the target and
+ * dtype, or a dim is not positive. tiling_out is written only when the answer is not 0.
+ *
+ * Nearest: the smallest sum over dims of |log2(asked) - log2(tuned)|; ties go to the smaller
+ * tuned shape in ({", ".join(dims)}) order. The same rule as tilewise's Python runtime
+ * (tuner.runtime), with one difference: Python also checks the candidate tiling against the
+ * op's validity rules and on-chip memory limits for the asked shape, and walks on to the next
+ * nearest entry (then to the default heuristic) when it fails. Those checks live in the op spec
+ * and cannot be precomputed for shapes never seen, so this header does not make them: validate
+ * a nearest answer as your TilingFunc validates any tiling, or fall back to the default.
+ * On an exact answer, and on a nearest one whose tiling is valid, both give the same tiling.
+ * log2 of tuned dims is stored; log2 of asked dims comes from <math.h> (link with -lm).
+ *
+ * Tiling fields, in tiling_out order: {" ".join(fields)}
+ */
+#ifndef TILEWISE_{upper}_H
+#define TILEWISE_{upper}_H
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#ifndef TILEWISE_EXACT
+#define TILEWISE_EXACT 2
+#define TILEWISE_NEAREST 1
+#define TILEWISE_NOT_FOUND 0
+#endif
+
+#define TILEWISE_{upper}_VERSION "{spec.version}"
+#define TILEWISE_{upper}_DIMS {n_dims}
+#define TILEWISE_{upper}_FIELDS {n_fields}
+
+enum {{
+""")
+    for i, name in enumerate(fields):
+        w(f"    TILEWISE_{upper}_{_c_name(name).upper()} = {i},\n")
+    w(f"""    TILEWISE_{upper}_FIELDS_END_ = {n_fields}
+}};
+
+typedef struct {{
+    int32_t shape[{n_dims}]; /* {", ".join(dims)} */
+    double log2_shape[{n_dims}];
+    int32_t tiling[{n_fields}];
+}} {prefix}_entry_t;
+
+static inline int {prefix}_find_(
+    const {prefix}_entry_t* table, int n, const int64_t* asked, int32_t* tiling_out)
+{{
+    double lg[{n_dims}];
+    double best_d = 0.0;
+    int best = -1;
+    int i, j;
+    for (j = 0; j < {n_dims}; ++j) {{
+        if (asked[j] <= 0) return TILEWISE_NOT_FOUND;
+        lg[j] = log2((double)asked[j]);
+    }}
+    for (i = 0; i < n; ++i) {{
+        double d = fabs(table[i].log2_shape[0] - lg[0]);
+        int same = table[i].shape[0] == asked[0];
+        for (j = 1; j < {n_dims}; ++j) {{
+            d += fabs(table[i].log2_shape[j] - lg[j]);
+            same = same && table[i].shape[j] == asked[j];
+        }}
+        if (same) {{
+            memcpy(tiling_out, table[i].tiling, sizeof table[i].tiling);
+            return TILEWISE_EXACT;
+        }}
+        if (best < 0 || d < best_d) {{
+            best = i;
+            best_d = d;
+        }}
+    }}
+    if (best < 0) return TILEWISE_NOT_FOUND;
+    memcpy(tiling_out, table[best].tiling, sizeof table[best].tiling);
+    return TILEWISE_NEAREST;
+}}
+""")
+    for (target, dtype), group in sorted(groups.items()):
+        rows = sorted(group, key=lambda e: shape_order_key(e.shape, dims))
+        w(f"\n/* {target} {dtype}: {len(rows)} tuned shapes */\n")
+        w(f"static inline int {prefix}_{idents[(target, dtype)]}_lookup(\n")
+        w(f"    {dim_params}, int32_t* tiling_out)\n{{\n")
+        w(f"    static const {prefix}_entry_t table[] = {{\n")
+        for e in rows:
+            shape = ", ".join(str(e.shape[d]) for d in dims)
+            logs = ", ".join(repr(math.log2(e.shape[d])) for d in dims)
+            tiling = ", ".join(str(e.tiling[f]) for f in fields)
+            w(f"        {{{{{shape}}}, {{{logs}}}, {{{tiling}}}}},\n")
+        w("    };\n")
+        w(f"    const int64_t asked[{n_dims}] = {{{dim_args}}};\n")
+        w(f"    return {prefix}_find_(\n")
+        w("        table, (int)(sizeof table / sizeof table[0]), asked, tiling_out);\n}\n")
+
+    w(f"""
+/* Dispatch on the target and dtype names of the tiling table ("cpu-twin", "ascend910b1" ...;
+ * "float32", "float16"). */
+static inline int {prefix}_lookup(
+    const char* target, const char* dtype, {dim_params}, int32_t* tiling_out)
+{{
+""")
+    for target, dtype in sorted(groups):
+        w(f'    if (strcmp(target, "{target}") == 0 && strcmp(dtype, "{dtype}") == 0)\n')
+        w(f"        return {prefix}_{idents[(target, dtype)]}_lookup({dim_args}, tiling_out);\n")
+    w("    (void)target;\n    (void)dtype;\n")
+    w("".join(f"    (void){d};\n" for d in dims))
+    w("    (void)tiling_out;\n    return TILEWISE_NOT_FOUND;\n}\n")
+    w(f"\n#endif /* TILEWISE_{upper}_H */\n")
+    return "".join(out)

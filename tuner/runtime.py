@@ -1,0 +1,363 @@
+"""Tiling lookup from memory, for code that launches tuned kernels.
+
+Load a tiling table once, then ask it for every shape met::
+
+    table = TilingTable.from_file("linear_add_gelu.json")  # or .from_url(...), .from_db(...)
+    answer = table.lookup("linear_add_gelu", target="cpu-twin", dtype="float32",
+                          shape={"M": 1000, "N": 4096, "K": 1024})
+    answer.tiling["baseM"], answer.source  # "exact", "nearest" or "default"
+
+The fallback order, and the ``source`` each rule answers with:
+
+1. ``exact``: the op (at its current version), target, dtype and shape were tuned.
+2. ``nearest``: the tuned shape of the same op, target and dtype nearest to the asked one whose
+   tiling passes the op's validity rules and on-chip memory limits for the asked shape
+   (``OpSpec.check``). Distance: the sum over dims of ``|log2(asked) - log2(tuned)|``; ties go
+   to the smaller tuned shape in the op's dims order. At most ``max_candidates`` entries are
+   checked, nearest first. The C header (:func:`tuner.export.render_header`) uses the same
+   distance and ties but cannot make the checks.
+3. ``default``: the op's hand-written heuristic (``OpSpec.default_tiling``).
+
+Entries of another op version than the running code's (a changed kernel is a new workload) and
+entries of ops or targets this code does not know are kept out at load time and counted in
+:attr:`TilingTable.skipped`.
+
+Lookups are thread-safe. Exact answers are a dict lookup; nearest and default answers are
+computed once per asked shape and kept (the ``cache_size`` most recent computations).
+
+Importing this module imports numpy and the op specs, never Optuna, FastAPI or SQLAlchemy;
+:meth:`TilingTable.from_db` imports SQLAlchemy when called, :meth:`TilingTable.from_url` httpx.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from operator import itemgetter
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+
+from kernels.ops import OpSpec, get_op
+from kernels.targets import TargetProfile, get_target
+from tuner.errors import InputError, StoreError, TilewiseError
+from tuner.export import TableEntry, TableFormatError, load_entries, parse_table
+from tuner.types import Shape, Tiling, Workload
+
+if TYPE_CHECKING:
+    import httpx
+
+__all__ = ["Answer", "Source", "TilingTable"]
+
+Source = Literal["exact", "nearest", "default"]
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A tiling for one asked shape, and where it came from.
+
+    ``workload`` and ``latency_us`` are those of the table entry the tiling was tuned for
+    (None for ``default``); ``distance`` is 0 for ``exact``, the log2 distance for ``nearest``.
+    """
+
+    tiling: Tiling
+    source: Source
+    workload: Workload | None
+    latency_us: float | None
+    distance: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "tiling": dict(self.tiling),
+            "source": self.source,
+            "workload": None if self.workload is None else self.workload.to_dict(),
+            "latency_us": self.latency_us,
+            "distance": self.distance,
+        }
+
+
+class _Group:
+    """The entries of one (op, target, dtype), sorted by shape in dims order."""
+
+    __slots__ = (
+        "cache",
+        "dims",
+        "dtype",
+        "entries",
+        "exact",
+        "key",
+        "logs",
+        "ndims",
+        "profile",
+        "spec",
+    )
+
+    def __init__(
+        self, spec: OpSpec, profile: TargetProfile, dtype: str, entries: list[TableEntry]
+    ) -> None:
+        self.spec, self.profile, self.dtype, self.dims = spec, profile, dtype, spec.dims
+        self.ndims = len(self.dims)
+        # The dict key of a shape: its value for one dim, else the tuple in dims order.
+        self.key = itemgetter(*self.dims)
+        self.entries = sorted(entries, key=lambda e: tuple(e.shape[d] for d in self.dims))
+        self.exact: dict[Any, Answer] = {
+            self.key(e.shape): Answer(e.tiling, "exact", e.workload, e.latency_us, 0.0)
+            for e in self.entries
+        }
+        # One contiguous column per dim: the nearest search is a few vector ops per column.
+        self.logs = [
+            np.array([math.log2(e.shape[d]) for e in self.entries], dtype=np.float64)
+            for d in self.dims
+        ]
+        self.cache: dict[Any, Answer] = {}
+
+
+class TilingTable:
+    """An in-memory tiling table answering :meth:`lookup`; see the module docstring."""
+
+    def __init__(
+        self,
+        entries: Iterable[TableEntry],
+        *,
+        max_candidates: int = 64,
+        cache_size: int = 4096,
+    ) -> None:
+        """Index ``entries`` (validated :class:`~tuner.export.TableEntry` values)."""
+        if max_candidates < 1 or cache_size < 0:
+            raise InputError("max_candidates must be >= 1 and cache_size >= 0")
+        self.max_candidates = max_candidates
+        self.cache_size = cache_size
+        #: Entries left out at load, by reason.
+        self.skipped: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self._groups: dict[tuple[str, str, str], _Group] = {}
+        buckets: dict[tuple[str, str, str], list[TableEntry]] = {}
+        for entry in entries:
+            reason = self._reject(entry)
+            if reason:
+                self.skipped[reason] = self.skipped.get(reason, 0) + 1
+            else:
+                buckets.setdefault((entry.op, entry.target, entry.dtype), []).append(entry)
+        for (op, target, dtype), group in buckets.items():
+            self._groups[(op, target, dtype)] = _Group(get_op(op), get_target(target), dtype, group)
+        self._size = sum(len(g.entries) for g in self._groups.values())
+
+    @staticmethod
+    def _reject(entry: TableEntry) -> str | None:
+        try:
+            spec = get_op(entry.op)
+            profile = get_target(entry.target)
+        except InputError:
+            return "unknown op or target"
+        if profile.name != entry.target:
+            return "unknown op or target"
+        if entry.op_version != spec.version:
+            return "other op version"
+        if entry.dtype not in spec.dtypes or set(entry.shape) != set(spec.dims):
+            raise TableFormatError(
+                f"{entry.op} {entry.target} {entry.dtype} {entry.shape}: "
+                f"not a dtype and shape of {entry.op} (dims {', '.join(spec.dims)})"
+            )
+        names = {t.name for t in spec.tunables(entry.shape, entry.dtype, profile)}
+        if set(entry.tiling) != names:
+            raise TableFormatError(
+                f"{entry.op} {entry.target} {entry.dtype} {entry.shape}: tiling fields "
+                f"{', '.join(sorted(entry.tiling))} are not the op's tunables "
+                f"{', '.join(sorted(names))}"
+            )
+        return None
+
+    # -- loading -------------------------------------------------------------------------------
+    @classmethod
+    def from_document(
+        cls, doc: object, *, source: str = "tiling table", **options: int
+    ) -> TilingTable:
+        """From a decoded JSON document (validated; see :mod:`tuner.export`)."""
+        return cls(load_entries(doc, source=source), **options)
+
+    @classmethod
+    def from_file(cls, path: str | Path, **options: int) -> TilingTable:
+        """From a file written by ``tilewise export --format json``.
+
+        Raises:
+            TableFormatError: not a valid document (truncated, other format version ...).
+            InputError: the file cannot be read.
+        """
+        try:
+            data = Path(path).read_bytes()
+        except OSError as exc:
+            raise InputError(f"cannot read tiling table {path}: {exc.strerror or exc}") from exc
+        return cls(parse_table(data, source=str(path)), **options)
+
+    @classmethod
+    def from_url(
+        cls,
+        base_url: str,
+        *,
+        op: str | None = None,
+        target: str | None = None,
+        dtype: str | None = None,
+        timeout: float = 30.0,
+        headers: Mapping[str, str] | None = None,
+        transport: httpx.BaseTransport | None = None,
+        **options: int,
+    ) -> TilingTable:
+        """From the REST API: ``GET {base_url}/v1/tables/{op}`` (or ``/v1/tables`` for every
+        op) with ``format=json`` and the ``target`` and ``dtype`` filters given.
+
+        Raises:
+            StoreError: the API cannot be reached or answers with an error status.
+            TableFormatError: the answer is not a valid document.
+        """
+        import httpx
+
+        path = "/v1/tables" if op is None else f"/v1/tables/{op}"
+        params = {"format": "json"}
+        params.update({k: v for k, v in (("target", target), ("dtype", dtype)) if v is not None})
+        url = base_url.rstrip("/") + path
+        try:
+            with httpx.Client(timeout=timeout, headers=headers, transport=transport) as client:
+                response = client.get(url, params=params)
+        except httpx.HTTPError as exc:
+            raise StoreError(f"cannot fetch the tiling table from {url}: {exc}") from exc
+        if response.status_code != 200:
+            raise StoreError(
+                f"cannot fetch the tiling table from {url}: HTTP {response.status_code} "
+                f"{_detail(response)}"
+            )
+        return cls(parse_table(response.content, source=url), **options)
+
+    @classmethod
+    def from_db(
+        cls,
+        url: str,
+        *,
+        op: str | None = None,
+        target: str | None = None,
+        dtype: str | None = None,
+        **options: int,
+    ) -> TilingTable:
+        """From the database at ``url`` (never created or migrated here).
+
+        Raises:
+            StoreError, SchemaError: the database cannot be used.
+        """
+        from tuner.export import table_document
+        from tuner.store import open_store
+
+        store = open_store(url, create=False)
+        try:
+            with store.session() as session:
+                doc = table_document(session, op=op, target=target, dtype=dtype)
+        finally:
+            store.close()
+        return cls.from_document(doc, source=store.safe_url, **options)
+
+    # -- asking ----------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        """Entries in use (those of :attr:`skipped` not counted)."""
+        return self._size
+
+    def groups(self) -> list[tuple[str, str, str, int]]:
+        """(op, target, dtype, entries) of each tuned combination."""
+        with self._lock:  # lookups may add spellings of names meanwhile
+            items = list(self._groups.items())
+        seen = {id(g): (k, g) for k, g in items if g.entries}
+        return sorted((op, t, d, len(g.entries)) for (op, t, d), g in seen.values())
+
+    def lookup(self, op: str, *, target: str, dtype: str, shape: Mapping[str, int]) -> Answer:
+        """The tiling for ``shape``: exact, else nearest valid, else default.
+
+        A shape answered before (tuned, or computed and kept) is found by a dict lookup on its
+        values, without checking their types again: ``1024.0`` finds what ``1024`` did.
+
+        Raises:
+            InputError: unknown op, target or dtype, or a shape the op does not take.
+        """
+        group = self._groups.get((op, target, dtype))
+        if group is not None and len(shape) == group.ndims:
+            try:
+                key = group.key(shape)
+                answer = group.exact.get(key)
+                if answer is None:
+                    answer = group.cache.get(key)
+            except (KeyError, TypeError):
+                answer = None
+            if answer is not None:
+                return answer
+        return self._resolve(op, target, dtype, shape)
+
+    def _resolve(self, op: str, target: str, dtype: str, shape: Mapping[str, int]) -> Answer:
+        spec = get_op(op)
+        spec.validate_dtype(dtype)
+        profile = get_target(target)
+        asked = spec.validate_shape(shape)
+        group = self._groups.get((op, profile.name, dtype))
+        if group is None:
+            group = _Group(spec, profile, dtype, [])
+        with self._lock:
+            # Later calls with this spelling of the names take the fast path.
+            group = self._groups.setdefault((op, profile.name, dtype), group)
+            self._groups.setdefault((op, target, dtype), group)
+        key = group.key(asked)
+        answer = group.exact.get(key) or group.cache.get(key)
+        if answer is not None:
+            return answer
+        answer = self._nearest(group, asked) or Answer(
+            spec.default_tiling(asked, dtype, profile), "default", None, None
+        )
+        if self.cache_size:
+            with self._lock:
+                cache = group.cache
+                while len(cache) >= self.cache_size:
+                    del cache[next(iter(cache))]  # oldest computation first
+                cache[key] = answer
+        return answer
+
+    def _nearest(self, group: _Group, asked: Shape) -> Answer | None:
+        if not group.entries:
+            return None
+        # Column by column, in dims order: the same sum, in the same order, as the C header's.
+        distance = np.abs(group.logs[0] - math.log2(asked[group.dims[0]]))
+        for column, dim in zip(group.logs[1:], group.dims[1:], strict=True):
+            distance += np.abs(column - math.log2(asked[dim]))
+        first = int(distance.argmin())  # the first minimum: ties go to the smaller shape
+        order: Iterable[int] = [first]
+        if self.max_candidates > 1:
+            # Candidates past the first are rare (an invalid nearest): sort only then.
+            order = _chain_first(first, distance, self.max_candidates)
+        for index in order:
+            entry = group.entries[index]
+            try:
+                valid = group.spec.check(entry.tiling, asked, group.dtype, group.profile).valid
+            except TilewiseError:
+                valid = False
+            if valid:
+                return Answer(
+                    entry.tiling,
+                    "nearest",
+                    entry.workload,
+                    entry.latency_us,
+                    float(distance[index]),
+                )
+        return None
+
+
+def _chain_first(first: int, distance: np.ndarray, limit: int) -> Iterable[int]:
+    yield first
+    if limit > 1 and len(distance) > 1:
+        order = np.argsort(distance, kind="stable")
+        yield from (int(i) for i in order[:limit] if i != first)
+
+
+def _detail(response: Any) -> str:
+    try:
+        body = response.json()
+    except ValueError:
+        return str(response.text[:200])
+    if isinstance(body, dict) and "detail" in body:
+        return str(body["detail"])[:200]
+    return str(body)[:200]
