@@ -50,6 +50,18 @@ class Settings(BaseSettings):
         description="Largest stack frame of a variant (-fstack-usage); 910B allows 32 KiB/core.",
     )
 
+    # Ascend backend (NPU hosts with CANN)
+    ascend_run_mode: str = Field(
+        default="npu", pattern="^(npu|cpu|sim)$", description="npu, or CANN's cpu or sim mode."
+    )
+    ascend_msprof: bool = Field(default=False, description="Time with `msprof op` (Task Duration).")
+    ub_check: str = Field(
+        default="analytic",
+        pattern="^(analytic|compiler)$",
+        description="UB constraint for Ascend targets: the op spec's footprint, or the verdict "
+        "of bishengir-compile on the kernel's buffer plan (needs the ascend-ir extra).",
+    )
+
     # Run and measure
     runner_threads: int = Field(default=0, ge=0, description="0 = one per host core.")
     run_timeout_s: float = Field(default=60.0, gt=0, description="A launch slower is a hang.")

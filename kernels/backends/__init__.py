@@ -5,7 +5,9 @@ from __future__ import annotations
 import importlib
 
 from kernels.backends._base import Backend, BuildLimits, BuildResult, MeasureOptions, RunResult
+from kernels.targets import TargetProfile
 from tuner.errors import InputError
+from tuner.settings import Settings
 
 __all__ = [
     "BACKENDS",
@@ -20,13 +22,22 @@ __all__ = [
 #: backend name -> "module:class", imported only when asked for.
 BACKENDS: dict[str, str] = {
     "cpu-twin": "kernels.backends._cpu_twin:CpuTwinBackend",
+    "ascend": "kernels.backends._ascend.backend:AscendBackend",
 }
 
 
-def create_backend(name: str) -> Backend:
+def create_backend(
+    name: str,
+    *,
+    settings: Settings | None = None,
+    target: TargetProfile | None = None,
+    device: int = 0,
+) -> Backend:
+    """The backend ``name`` for ``target`` on device ``device`` (every backend takes these)."""
     try:
         module, _, cls = BACKENDS[name].partition(":")
     except KeyError:
         raise InputError(f"unknown backend {name!r}; known: {', '.join(BACKENDS)}") from None
-    backend: Backend = getattr(importlib.import_module(module), cls)()
+    factory = getattr(importlib.import_module(module), cls)
+    backend: Backend = factory(settings, target=target, device=device)
     return backend

@@ -64,7 +64,16 @@ def shim_source(spec: OpSpec) -> str:
 class CpuTwinBackend(Backend):
     name = "cpu-twin"
 
-    def __init__(self, settings: Settings | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        target: TargetProfile | None = None,
+        device: int = 0,
+    ) -> None:
+        # The twin runs any target's sizes (they travel with each run) on all host cores;
+        # target and device are accepted so every backend is created the same way.
+        del target, device
         self.settings = settings or get_settings()
         self.compiler: Compiler = find_compiler(self.settings.compiler)
         self._builds = self.settings.cache_dir / "builds"

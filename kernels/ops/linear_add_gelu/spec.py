@@ -27,6 +27,7 @@ from kernels.ops._base import (
     itemsize,
     round_up,
 )
+from kernels.ops._cube import cube_struct
 from kernels.targets import TargetProfile
 from tuner.types import Shape, Tiling
 
@@ -234,8 +235,7 @@ class LinearAddGelu(OpSpec):
             "dbL0B": DB_L0AB,
             "dbL0C": tiling["dbL0C"],
         }
-        fields = [StructField(f"cube.{name}", "i", value) for name, value in cube.items()]
-        return (*fields, StructField("epiRows", "i", tiling["epiRows"]))
+        return (*cube_struct("cube", cube), StructField("epiRows", "i", tiling["epiRows"]))
 
     def block_dim(self, tiling: Tiling, shape: Shape, dtype: str, target: TargetProfile) -> int:
         return self.used_cores(tiling, shape)

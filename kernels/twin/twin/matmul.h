@@ -24,8 +24,14 @@ struct TCubeTiling {
     int32_t depthA1, depthB1, stepM, stepN, isBias, transLength, iterateOrder, shareMode;
     int32_t shareL1Size, shareL0CSize, shareUbSize, batchM, batchN, singleBatchM, singleBatchN;
     int32_t stepKa, stepKb, depthAL1CacheUB, depthBL1CacheUB, dbL0A, dbL0B, dbL0C;
+    // Layout fields of batched/attention matmuls: unused by the twin, kept so the struct has
+    // CANN 8.x's layout (50 int32, 200 bytes) and a kernel's tiling struct matches the device's.
+    int32_t ALayoutInfoB, ALayoutInfoS, ALayoutInfoN, ALayoutInfoG, ALayoutInfoD;
+    int32_t BLayoutInfoB, BLayoutInfoS, BLayoutInfoN, BLayoutInfoG, BLayoutInfoD;
+    int32_t CLayoutInfoB, CLayoutInfoS1, CLayoutInfoN, CLayoutInfoG, CLayoutInfoS2;
+    int32_t BatchNum, reserved;
 };
-static_assert(sizeof(TCubeTiling) == 132, "TCubeTiling must be 33 int32 fields");
+static_assert(sizeof(TCubeTiling) == 200, "TCubeTiling must be CANN's 50 int32 fields");
 
 namespace AscendC {
 

@@ -1,0 +1,481 @@
+"""ascend: the kernel sources built with CANN for one SoC and launched through ACL.
+
+Each variant is a CMake project (see :mod:`.project`) built in the cache; its ``host_runner``
+is started once per trial on the worker's device, reads the GM inputs from the files of a
+:class:`~kernels.backends._problem.Problem`, writes the checked launch's outputs back to them
+(so the answer is judged by the same code as the twin's), and prints one JSON line with event
+timings. With ``msprof=True`` the timed launches run under ``msprof op`` instead and the samples
+are its Task Durations.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kernels.backends._ascend import msprof as msprof_csv
+from kernels.backends._ascend.project import (
+    build_command,
+    configure_command,
+    project_files,
+    runner_command,
+    sys_workspace_bytes,
+    write_project,
+)
+from kernels.backends._ascend.toolkit import RUN_MODES, Toolkit, find_toolkit
+from kernels.backends._base import Backend, BuildResult, MeasureOptions, RunResult
+from kernels.backends._problem import Problem
+from kernels.ops import OpSpec
+from kernels.targets import TargetProfile, get_target
+from tuner.errors import BackendError, InputError
+from tuner.settings import Settings, get_settings
+from tuner.types import Shape, Tiling
+
+log = logging.getLogger(__name__)
+
+#: aclError codes (CANN acl/error_codes/rt_error_codes.h) and what they usually mean here.
+ACL_ERRORS: dict[int, str] = {
+    100000: "ACL_ERROR_INVALID_PARAM: an ACL call got an invalid parameter",
+    107001: "ACL_ERROR_RT_INVALID_DEVICEID: no such device (check --device)",
+    107022: "ACL_ERROR_RT_DEVICE_TASK_ABORT: task aborted, usually after an earlier fault",
+    207001: "ACL_ERROR_RT_MEMORY_ALLOCATION: device out of memory",
+    507000: "ACL_ERROR_RT_INTERNAL_ERROR: runtime internal error",
+    507008: "ACL_ERROR_RT_SOC_VERSION: the kernel was built for another SoC",
+    507014: "ACL_ERROR_RT_AICORE_TIMEOUT: the kernel hung (AI Core timeout)",
+    507015: "ACL_ERROR_RT_AICORE_EXCEPTION: AI Core exception, e.g. the UB address out of bounds "
+    "(a tiling whose buffers overflow UB)",
+    507018: "ACL_ERROR_RT_AICPU_EXCEPTION: AI CPU exception",
+    507046: "ACL_ERROR_RT_STREAM_SYNC_TIMEOUT: stream synchronisation timed out",
+    507899: "ACL_ERROR_RT_DRV_INTERNAL_ERROR: driver internal error (often a device poisoned by an "
+    "earlier fault)",
+}
+
+_BUILD_ERROR_LINES = 20
+
+
+def describe_runner_error(answer: Mapping[str, Any]) -> str:
+    """The runner's error, with the meaning of its aclError when known."""
+    message = str(answer.get("error") or "host runner failed")
+    code = answer.get("acl_error")
+    if isinstance(code, int) and code in ACL_ERRORS:
+        message += f" [{ACL_ERRORS[code]}]"
+    return message
+
+
+def parse_runner_output(stdout: str) -> dict[str, Any] | None:
+    """The runner's answer: the last stdout line that is a JSON object with ``ok``."""
+    for line in reversed(stdout.splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                answer = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(answer, dict) and "ok" in answer:
+                return answer
+    return None
+
+
+def compiler_errors(output: str) -> str:
+    """The lines of a CMake/compiler log worth reporting: errors first, else the tail."""
+    lines = output.splitlines()
+    errors = [line for line in lines if "error" in line.lower() or "undefined reference" in line]
+    picked = errors[:_BUILD_ERROR_LINES] or lines[-_BUILD_ERROR_LINES:]
+    return "\n".join(picked)
+
+
+def _digest(*parts: bytes | str) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(part.encode() if isinstance(part, str) else part)
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class _Completed:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+class _TimedOut(Exception):
+    pass
+
+
+def _execute(
+    argv: Sequence[str], *, env: Mapping[str, str], timeout: float, cwd: Path | None = None
+) -> _Completed:
+    """Run ``argv`` in its own process group; on timeout the whole group is killed."""
+    proc = subprocess.Popen(
+        list(argv),
+        cwd=cwd,
+        env=dict(env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        errors="replace",
+        start_new_session=True,
+    )
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise _TimedOut(f"{Path(argv[0]).name} did not finish in {timeout:.0f} s") from None
+    return _Completed(proc.returncode, stdout, stderr)
+
+
+class AscendBackend(Backend):
+    name = "ascend"
+    #: Where the NPU device nodes (davinci0 ...) appear.
+    dev_root = Path("/dev")
+
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        target: TargetProfile | str | None = None,
+        device: int = 0,
+        run_mode: str | None = None,
+        msprof: bool | None = None,
+        toolkit: Path | str | None = None,
+    ) -> None:
+        self.settings = settings or get_settings()
+        run_mode = run_mode or self.settings.ascend_run_mode
+        msprof = self.settings.ascend_msprof if msprof is None else msprof
+        self.toolkit: Toolkit = find_toolkit(toolkit)
+        if run_mode not in RUN_MODES:
+            raise InputError(f"unknown run mode {run_mode!r}; known: {', '.join(RUN_MODES)}")
+        if isinstance(device, bool) or not isinstance(device, int) or device < 0:
+            raise InputError(f"device must be a non-negative integer, got {device!r}")
+        if target is None:
+            raise BackendError(
+                "the ascend backend builds for one SoC: pass target=, e.g. "
+                "create_backend('ascend', target='ascend910b2', device=0)"
+            )
+        self.target = get_target(target) if isinstance(target, str) else target
+        if self.target.backend != self.name:
+            raise InputError(f"target {self.target.name} is not an Ascend SoC")
+        self.soc = self.target.soc
+        self.device = device
+        self.run_mode = run_mode
+        self.msprof = msprof
+        self._builds = self.settings.cache_dir / "ascend" / f"{self.soc}-{run_mode}"
+        self._env: dict[str, str] | None = None
+        self._mode_checked = False
+        self._problem: Problem | None = None
+        self.last_profile: msprof_csv.MsprofReport | None = None
+
+    # -- environment -------------------------------------------------------------------------
+    def environment(self) -> dict[str, Any]:
+        timing = {"cpu": "wall clock (CANN cpu mode)", "sim": "simulator"}.get(
+            self.run_mode, "msprof op" if self.msprof else "aclrtEvent"
+        )
+        return {
+            "backend": self.name,
+            "soc": self.soc,
+            "run_mode": self.run_mode,
+            "device": self.device,
+            "cann_version": self.toolkit.version,
+            "toolkit": str(self.toolkit.home),
+            "timing": timing,
+        }
+
+    def _toolkit_env(self) -> dict[str, str]:
+        if self._env is None:
+            self._env = self.toolkit.environment()
+        return dict(self._env)
+
+    def _run_env(self, artifact: Path) -> dict[str, str]:
+        env = self._toolkit_env()
+        paths = [str(artifact.parent), *(str(p) for p in self._library_dirs(artifact))]
+        if self.run_mode == "sim":
+            paths.insert(0, str(self.toolkit.simulator_lib(self.soc)))
+        if env.get("LD_LIBRARY_PATH"):
+            paths.append(env["LD_LIBRARY_PATH"])
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(paths)
+        return env
+
+    @staticmethod
+    def _library_dirs(artifact: Path) -> list[Path]:
+        meta = artifact.parent.parent / "build.json"
+        if not meta.exists():
+            return []
+        known = json.loads(meta.read_text())
+        return [artifact.parent.parent / d for d in known.get("library_dirs", [])]
+
+    # -- build -------------------------------------------------------------------------------
+    def _cmake(self, env: Mapping[str, str]) -> str:
+        found = shutil.which("cmake", path=env.get("PATH"))
+        if found is None:
+            raise BackendError("cmake not found on PATH: install CMake 3.16 or newer")
+        return found
+
+    def _result(self, key: str, final: Path, meta: Mapping[str, Any], cached: bool) -> BuildResult:
+        return BuildResult(
+            ok=bool(meta["ok"]),
+            key=key,
+            artifact=final / "build" / "host_runner" if meta["ok"] else None,
+            error=meta.get("error"),
+            seconds=float(meta["seconds"]),
+            cached=cached,
+            env={
+                "soc": self.soc,
+                "run_mode": self.run_mode,
+                "cann_version": self.toolkit.version,
+                "defines": meta.get("defines", ""),
+            },
+        )
+
+    def build(self, spec: OpSpec, defines: dict[str, str]) -> BuildResult:
+        try:
+            files = project_files(spec, defines)
+        except ValueError as exc:
+            return BuildResult(ok=False, key="invalid", error=f"cannot generate project: {exc}")
+        key = _digest(
+            spec.kernel_path.read_bytes(),
+            *(f"{name}\n{text}" for name, text in sorted(files.items())),
+            self.soc,
+            self.run_mode,
+            str(self.toolkit.home),
+            self.toolkit.version,
+        )[:20]
+        final = self._builds / spec.name / key
+        meta_path = final / "build.json"
+        if meta_path.exists():
+            return self._result(key, final, json.loads(meta_path.read_text()), cached=True)
+
+        env = self._toolkit_env()
+        cmake = self._cmake(env)
+        self._builds.joinpath(spec.name).mkdir(parents=True, exist_ok=True)
+        # CMake bakes absolute paths into its build tree, so the project is built where it will
+        # live; a private directory name first, renamed into place whole when done.
+        work = Path(tempfile.mkdtemp(prefix="build-", dir=self._builds / spec.name))
+        meta = self._build_in(spec, defines, work, cmake, env)
+        (work / "build.json").write_text(json.dumps(meta))
+        try:
+            os.replace(work, final)
+        except OSError:
+            shutil.rmtree(work, ignore_errors=True)  # another process published it first
+            if meta_path.exists():
+                return self._result(key, final, json.loads(meta_path.read_text()), cached=True)
+        if meta["ok"] and not (final / "build" / "host_runner").exists():
+            meta = {**meta, "ok": False, "error": "build tree moved; rebuild"}
+        return self._result(key, final, meta, cached=False)
+
+    def _build_in(
+        self,
+        spec: OpSpec,
+        defines: Mapping[str, str],
+        work: Path,
+        cmake: str,
+        env: Mapping[str, str],
+    ) -> dict[str, Any]:
+        started = time.perf_counter()
+        meta: dict[str, Any] = {
+            "ok": False,
+            "defines": " ".join(f"{k}={v}" for k, v in sorted(defines.items())),
+        }
+        source, build = work / "project", work / "build"
+        write_project(spec, defines, source)
+        steps = [
+            (
+                "configure",
+                configure_command(
+                    source=source,
+                    build=build,
+                    soc=self.soc,
+                    run_mode=self.run_mode,
+                    toolkit_home=self.toolkit.home,
+                    cmake=cmake,
+                ),
+            ),
+            ("compile", build_command(build=build, cmake=cmake)),
+        ]
+        timeout = self.settings.build_timeout_s
+        try:
+            for stage, argv in steps:
+                done = _execute(argv, env=env, timeout=timeout, cwd=work)
+                (work / f"{stage}.log").write_text(done.stdout + done.stderr)
+                if done.returncode != 0:
+                    meta["error"] = f"{stage} failed: " + compiler_errors(done.stdout + done.stderr)
+                    break
+            else:
+                if (build / "host_runner").exists():
+                    meta["ok"] = True
+                    # ascendc_library may put libkernels.so below the build root; the run
+                    # needs its directory on LD_LIBRARY_PATH (paths relative: the tree moves).
+                    meta["library_dirs"] = sorted(
+                        {str(p.parent.relative_to(work)) for p in build.rglob("libkernels*.so")}
+                    )
+                else:
+                    meta["error"] = "compile failed: the build produced no host_runner"
+        except _TimedOut:
+            meta["error"] = f"build timed out after {timeout:.0f} s"
+        meta["seconds"] = time.perf_counter() - started
+        return meta
+
+    # -- run ---------------------------------------------------------------------------------
+    def _check_run_mode(self) -> None:
+        if self._mode_checked:
+            return
+        offered = self.toolkit.run_modes(self.soc, dev_root=self.dev_root)
+        if self.run_mode not in offered:
+            needs = {
+                "npu": "an Ascend NPU on this host (/dev/davinci*, driver installed)",
+                "sim": f"CANN's simulator for {self.soc} ({self.toolkit.simulator_lib(self.soc)})",
+                "cpu": f"CANN's CPU debug library ({self.toolkit.home / 'tools' / 'tikicpulib'})",
+            }[self.run_mode]
+            raise BackendError(
+                f"run mode {self.run_mode} needs {needs}; this host offers: "
+                f"{', '.join(offered) or 'none'}"
+            )
+        if self.msprof and self.toolkit.tool("msprof", self._toolkit_env()) is None:
+            raise BackendError("msprof timing asked for, but msprof is not in the CANN toolkit")
+        self._mode_checked = True
+
+    def _problem_for(self, spec: OpSpec, shape: Shape, dtype: str) -> Problem:
+        p = self._problem
+        if p is None or (p.spec.name, p.shape, p.dtype) != (spec.name, shape, dtype):
+            if p is not None:
+                p.close()
+            self._problem = p = Problem(spec, shape, dtype)
+        return p
+
+    def _launch(
+        self, argv: Sequence[str], env: Mapping[str, str], timeout: float
+    ) -> RunResult | dict[str, Any]:
+        """Run the host runner (or msprof around it): its answer, or a failed RunResult."""
+        try:
+            done = _execute(argv, env=env, timeout=timeout)
+        except _TimedOut as exc:
+            return RunResult("timeout", error=str(exc))
+        answer = parse_runner_output(done.stdout)
+        if answer is None:
+            how = (
+                f"killed by signal {-done.returncode}"
+                if done.returncode < 0
+                else f"exit code {done.returncode}"
+            )
+            tail = (done.stderr or done.stdout).strip()[-1500:]
+            return RunResult("crashed", error=f"host runner gave no answer ({how}): {tail}")
+        if not answer["ok"]:
+            return RunResult("crashed", error=describe_runner_error(answer))
+        return answer
+
+    def run(
+        self,
+        build: BuildResult,
+        spec: OpSpec,
+        *,
+        shape: Shape,
+        dtype: str,
+        target: TargetProfile,
+        tiling: Tiling,
+        check: bool,
+        measure: MeasureOptions,
+    ) -> RunResult:
+        if not build.ok or build.artifact is None:
+            raise ValueError("run() needs a successful build")
+        if target.soc != self.soc:
+            raise BackendError(f"this backend builds for {self.soc}, asked to run {target.soc}")
+        self._check_run_mode()
+        problem = self._problem_for(spec, shape, dtype)
+        env = self._run_env(build.artifact)
+        timeout = self.settings.run_timeout_s * (2 + measure.warmup) + measure.max_seconds
+
+        def argv(*, checked: bool, warmup: int, repeats: int) -> list[str]:
+            return runner_command(
+                build.artifact or Path(),
+                device=self.device,
+                block_dim=spec.block_dim(tiling, shape, dtype, target),
+                tiling=spec.pack_tiling(tiling, shape, dtype, target),
+                check=checked,
+                warmup=warmup,
+                repeats=repeats,
+                max_seconds=measure.max_seconds,
+                sys_workspace=sys_workspace_bytes(spec),
+                gm_tokens=problem.gm_tokens(),
+            )
+
+        timed_here = not (self.msprof and self.run_mode == "npu")
+        if check:
+            problem.poison_outputs()
+        answer = self._launch(
+            argv(
+                checked=check,
+                warmup=measure.warmup if timed_here else 0,
+                repeats=measure.repeats if timed_here else 1,
+            ),
+            env,
+            timeout,
+        )
+        if isinstance(answer, RunResult):
+            return answer
+        max_error = None
+        if check:
+            outcome = problem.check_outputs()
+            if not outcome.ok:
+                return RunResult("wrong", error=outcome.detail, max_error=outcome.max_error)
+            max_error = outcome.max_error
+        if timed_here:
+            return RunResult("ok", tuple(answer["samples_us"]), max_error=max_error)
+        return self._profile(
+            spec,
+            argv(checked=False, warmup=0, repeats=measure.repeats),
+            env,
+            timeout,
+            measure,
+            max_error,
+        )
+
+    def _profile(
+        self,
+        spec: OpSpec,
+        app: Sequence[str],
+        env: Mapping[str, str],
+        timeout: float,
+        measure: MeasureOptions,
+        max_error: float | None,
+    ) -> RunResult:
+        tool = self.toolkit.tool("msprof", env)
+        assert tool is not None  # _check_run_mode made sure
+        with tempfile.TemporaryDirectory(prefix="msprof-") as out:
+            command = msprof_csv.op_command(
+                tool,
+                kernel_name=spec.entry,
+                launch_count=measure.repeats,
+                output=Path(out),
+                app=app,
+            )
+            answer = self._launch(command, env, timeout * 4)  # msprof replays each launch
+            if isinstance(answer, RunResult):
+                return answer
+            try:
+                report = msprof_csv.collect(Path(out), spec.entry)
+            except msprof_csv.MsprofParseError as exc:
+                return RunResult("crashed", error=f"msprof: {exc}")
+        self.last_profile = report
+        note = report.throttle_note()
+        if note:
+            log.warning("%s on device %d: %s", spec.name, self.device, note)
+        return RunResult("ok", report.samples_us, max_error=max_error)
+
+    def close(self) -> None:
+        if self._problem is not None:
+            self._problem.close()
+            self._problem = None

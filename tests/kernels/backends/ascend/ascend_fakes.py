@@ -1,0 +1,45 @@
+"""Fake CANN toolkit trees for the ascend backend tests."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+STUB = HERE / "stub"
+FAKE_CANN = HERE / "fake_cann"
+CMAKE_SUBDIR = "compiler/tikcpp/ascendc_kernel_cmake"
+
+
+def make_toolkit(root: Path, *, version: str = "8.1.RC1", functional: bool = False) -> Path:
+    """A CANN 8.x install tree: ascend-toolkit/{set_env.sh, <version>, latest -> <version>}.
+
+    ``functional`` puts the fake ascendc.cmake, ACL and msprof in it, so that builds and runs
+    work end to end on this host; otherwise the files are empty markers.
+    """
+    base = root / "ascend-toolkit"
+    home = base / version
+    cmake_dir = home / CMAKE_SUBDIR
+    cmake_dir.mkdir(parents=True)
+    (home / "x86_64-linux" / "data" / "platform_config").mkdir(parents=True)
+    (home / "x86_64-linux" / "data" / "platform_config" / "Ascend910B1.ini").write_text(
+        "[SoCInfo]\nai_core_cnt=24\n"
+    )
+    (home / "x86_64-linux" / "ascend_toolkit_install.info").write_text(
+        f"package_name=Ascend-cann-toolkit\nversion={version}\n"
+    )
+    (home / "bin").mkdir()
+    if functional:
+        for item in FAKE_CANN.iterdir():
+            shutil.copy2(item, cmake_dir / item.name)
+        shutil.copytree(STUB, cmake_dir / "stub")
+        shutil.copy2(FAKE_CANN / "msprof", home / "bin" / "msprof")
+    else:
+        (cmake_dir / "ascendc.cmake").write_text("# fake\n")
+    (home.parent / "latest").symlink_to(version)
+    (base / "set_env.sh").write_text(
+        "export ASCEND_HOME_PATH=" + str(base / "latest") + "\n"
+        'export PATH="$ASCEND_HOME_PATH/bin:$PATH"\n'
+        "export TILEWISE_FAKE_CANN=1\n"
+    )
+    return base / "latest"

@@ -1,0 +1,39 @@
+// Host stand-in for scale_relu_dropout behind the aclrtlaunch_ signature, for the fake CANN.
+// It computes the op from the tiling fields it is given, so a tiling struct garbled on its way
+// through the host runner gives a wrong answer. FAKE_KERNEL_WRONG=1 makes it write zeros.
+#include <cstdlib>
+#include <cstring>
+
+#include "scale_relu_dropout_tiling.h"
+#include "aclrtlaunch_scale_relu_dropout.h"
+
+static_assert(sizeof(DTYPE_X) == 4, "the fake kernel is float32 only");
+
+extern "C" uint32_t aclrtlaunch_scale_relu_dropout(uint32_t blockDim, aclrtStream, void* x, void* y, void*,
+                                                   ScaleReluDropoutTiling tiling)
+{
+    if (blockDim == 0 || tiling.blockLength * static_cast<int32_t>(blockDim) < tiling.totalLength) {
+        return 100000;
+    }
+    const float* in = static_cast<const float*>(x);
+    float* out = static_cast<float*>(y);
+    bool wrong = std::getenv("FAKE_KERNEL_WRONG") != nullptr;
+    for (int32_t i = 0; i < tiling.totalLength; ++i) {
+        uint32_t h = static_cast<uint32_t>(i) + tiling.seedMix;
+        h *= 0x85EBCA6Bu;
+        h += h >> 13;
+        h *= 0xC2B2AE35u;
+        h += h >> 16;
+        h >>= 8;
+        float u = static_cast<float>(static_cast<int32_t>(h));
+        u *= 5.9604644775390625e-08f;
+        u += -tiling.dropP;
+        u *= 1073741824.0f;
+        float mask = u < 1.0f ? u : 1.0f;
+        mask = mask > 0.0f ? mask : 0.0f;
+        float v = in[i] * tiling.scale;
+        v = v > 0.0f ? v : 0.0f;
+        out[i] = wrong ? 0.0f : v * mask * tiling.keepScale;
+    }
+    return 0;
+}
