@@ -1,1 +1,9 @@
-"""The REST service (FastAPI) — routes under /v1 arrive with the service issue."""
+"""The REST service and dashboard of tilewise (FastAPI): ``create_app(settings)``.
+
+Routes live under ``/v1`` (jobs, ops, tilings, tables, targets, workers), with ``/healthz``,
+``/metrics``, the dashboard at ``/`` and the OpenAPI UI at ``/docs``.
+"""
+
+from api.app import create_app
+
+__all__ = ["create_app"]

@@ -1,0 +1,86 @@
+"""The application factory: ``create_app(settings)``, what ``tilewise serve`` and uvicorn run.
+
+The database is opened in the lifespan, once per process: a new database is migrated, one at
+another revision is refused and the app does not start (the error names the command that fixes
+it, ``tilewise db upgrade --db URL``). Everything else is wired here and nowhere else:
+exception handlers (``api.errors``), middleware (metrics outermost so that it also counts the
+413s and CORS answers, then CORS, then the body limit), routers.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import anyio.to_thread
+from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
+
+from api import errors, routes
+from api.lookup import LookupCache
+from api.metrics import Metrics, MetricsMiddleware
+from api.middleware import BodyLimit
+from tuner import __version__
+from tuner.errors import SchemaError
+from tuner.settings import Settings, get_settings
+from tuner.store import open_store
+
+log = logging.getLogger(__name__)
+
+DESCRIPTION = """\
+Autotuning of the tiling parameters of fused Ascend C kernels.
+
+Reads are open; writes (`POST`) need `Authorization: Bearer <token>` (settings.api_token),
+except in dev mode. Invalid input is a 422 whose `detail[].loc` names the field at fault.
+"""
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """A new app serving ``settings`` (default: the process's settings)."""
+    settings = settings or get_settings()
+    metrics = Metrics()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        try:
+            store = await anyio.to_thread.run_sync(open_store, settings.db_url)
+        except SchemaError as exc:
+            log.error("refusing to start: %s", exc)
+            raise
+        app.state.store = store
+        app.state.lookup = LookupCache(store)
+        metrics.bind(store)
+        if settings.dev_mode:
+            log.warning("dev mode: write endpoints accept requests without a token")
+        try:
+            yield
+        finally:
+            metrics.bind(None)
+            store.close()
+
+    app = FastAPI(
+        title="tilewise",
+        version=__version__,
+        description=DESCRIPTION,
+        lifespan=lifespan,
+        docs_url="/docs",
+        redoc_url=None,
+    )
+    app.state.settings = settings
+    app.state.metrics = metrics
+    errors.install(app)
+    for module in (routes.jobs, routes.ops, routes.tilings, routes.service, routes.dashboard):
+        app.include_router(module.router)
+
+    # Added innermost first.
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    if settings.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.cors_origins,
+            allow_methods=["GET", "POST"],
+            allow_headers=["Authorization", "Content-Type"],
+        )
+    app.add_middleware(MetricsMiddleware, metrics=metrics)
+    return app

@@ -1,0 +1,227 @@
+"""Reusable dependencies: settings, the store, a session per request, the writer check, and the
+workload a request names (validated, with settings' bounds).
+
+The app keeps its state on ``app.state`` (set up in ``api.app``): ``settings``, ``store``,
+``lookup`` (the in-memory tiling table) and ``metrics``.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, HTTPException, Path, Query, Request, status
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy.orm import Session
+
+from api.errors import FieldError, NotFound
+from api.lookup import LookupCache
+from api.schemas import JobCreate
+from kernels.ops import OpSpec, get_op
+from kernels.targets import TargetProfile, get_target
+from tuner.errors import InputError
+from tuner.settings import Settings
+from tuner.store import Store, session_scope
+from tuner.types import DTYPES, Shape, Workload
+
+
+def get_settings(request: Request) -> Settings:
+    settings: Settings = request.app.state.settings
+    return settings
+
+
+def get_store(request: Request) -> Store:
+    store: Store = request.app.state.store
+    return store
+
+
+def get_lookup(request: Request) -> LookupCache:
+    lookup: LookupCache = request.app.state.lookup
+    return lookup
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+StoreDep = Annotated[Store, Depends(get_store)]
+LookupDep = Annotated[LookupCache, Depends(get_lookup)]
+
+
+def get_session(store: StoreDep) -> Iterator[Session]:
+    """One session per request; committed before the response is sent (scope="function"), so a
+    client that got 202 finds its job, and a failed commit is a 503, not a lost write."""
+    with session_scope(store) as session:
+        yield session
+
+
+SessionDep = Annotated[Session, Depends(get_session, scope="function")]
+
+_bearer = HTTPBearer(auto_error=False, description="settings.api_token")
+
+
+def require_writer(
+    settings: SettingsDep,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> str:
+    """Allow a write: in dev mode anyone, otherwise ``Authorization: Bearer <api_token>``.
+
+    Returns who is writing ("dev" or "token"). Without a configured token (and not in dev mode)
+    writes are refused: there is no default token.
+    """
+    if settings.dev_mode:
+        return "dev"
+    if not settings.api_token:
+        raise HTTPException(
+            status.HTTP_403_FORBIDDEN,
+            "writes are disabled: the server has no api_token (set TILEWISE_API_TOKEN)",
+        )
+    given = "" if credentials is None else credentials.credentials
+    if credentials is None or not hmac.compare_digest(given.encode(), settings.api_token.encode()):
+        raise HTTPException(
+            status.HTTP_401_UNAUTHORIZED,
+            "missing or invalid bearer token",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+    return "token"
+
+
+#: Put first in a write route's signature: it runs before the body is looked at.
+WriteAuth = Annotated[str, Depends(require_writer)]
+
+
+# ---------------------------------------------------------------------------------------------
+# The workload a request names
+
+
+@dataclass(frozen=True)
+class WorkloadRequest:
+    """A validated (op, shape, dtype, target)."""
+
+    spec: OpSpec
+    shape: Shape
+    dtype: str
+    target: TargetProfile
+
+    @property
+    def workload(self) -> Workload:
+        return Workload(self.spec.name, self.spec.version, self.target.name, self.dtype, self.shape)
+
+
+@dataclass(frozen=True)
+class TuneRequest:
+    what: WorkloadRequest
+    budget: int
+    seconds: float | None
+    force: bool
+
+
+@contextmanager
+def blame(*loc: str) -> Iterator[None]:
+    """Report an InputError raised in the block as a 422 on the field at ``loc``."""
+    try:
+        yield
+    except FieldError:
+        raise
+    except InputError as exc:
+        raise FieldError(loc, str(exc)) from exc
+
+
+def tune_request(body: JobCreate, settings: SettingsDep) -> TuneRequest:
+    budget = settings.default_budget if body.budget is None else body.budget
+    if not 1 <= budget <= settings.max_budget:
+        raise FieldError(
+            ("body", "budget"), f"budget must be between 1 and {settings.max_budget}, got {budget}"
+        )
+    spec, shape = get_op(body.op), Shape(body.shape)
+    with blame("body", "shape"):
+        spec.validate_shape(shape, max_elements=settings.max_elements)
+    what = WorkloadRequest(spec, shape, body.dtype, get_target(body.target))
+    return TuneRequest(what, budget, body.seconds, body.force)
+
+
+TuneRequestDep = Annotated[TuneRequest, Depends(tune_request)]
+
+
+def op_spec(op: Annotated[str, Path(description="Op name, see GET /v1/ops.")]) -> OpSpec:
+    try:
+        return get_op(op)
+    except InputError as exc:
+        raise NotFound(str(exc)) from exc
+
+
+OpDep = Annotated[OpSpec, Depends(op_spec)]
+
+
+def _resolve(
+    spec: OpSpec, shape: Shape, dtype: str, target: str, settings: Settings
+) -> WorkloadRequest:
+    with blame("query", "shape"):
+        shape = spec.validate_shape(shape, max_elements=settings.max_elements)
+    with blame("query", "dtype"):
+        spec.validate_dtype(dtype)
+    with blame("query", "target"):
+        profile = get_target(target)
+    return WorkloadRequest(spec, shape, dtype, profile)
+
+
+ShapeQuery = Annotated[str, Query(description="Dims, e.g. M=1024,N=1024,K=1024.")]
+DtypeQuery = Annotated[str, Query(description="One of the op's dtypes.")]
+TargetQuery = Annotated[str, Query(description="See GET /v1/targets.")]
+
+
+def workload_query(
+    spec: OpDep,
+    settings: SettingsDep,
+    shape: ShapeQuery,
+    dtype: DtypeQuery = "float32",
+    target: TargetQuery = "cpu-twin",
+) -> WorkloadRequest:
+    """The workload named by ``/{op}?shape=&dtype=&target=``; each bad field is a 422 naming it."""
+    with blame("query", "shape"):
+        parsed = Shape.parse(shape)
+    return _resolve(spec, parsed, dtype, target, settings)
+
+
+WorkloadQueryDep = Annotated[WorkloadRequest, Depends(workload_query)]
+
+#: The shape an op's search space is shown for when none is given.
+EXAMPLE_DIM = 1024
+
+
+def space_query(
+    spec: OpDep,
+    settings: SettingsDep,
+    shape: Annotated[str | None, Query(description=f"Default: every dim {EXAMPLE_DIM}.")] = None,
+    dtype: DtypeQuery = "float32",
+    target: TargetQuery = "cpu-twin",
+) -> WorkloadRequest:
+    """Like :func:`workload_query` with an optional shape: runtime tunables' domains depend on
+    the shape and target, so the search space is always shown for one."""
+    with blame("query", "shape"):
+        parsed = Shape({d: EXAMPLE_DIM for d in spec.dims}) if shape is None else Shape.parse(shape)
+    return _resolve(spec, parsed, dtype, target, settings)
+
+
+SpaceQueryDep = Annotated[WorkloadRequest, Depends(space_query)]
+
+
+@dataclass(frozen=True)
+class TableFilters:
+    target: str | None
+    dtype: str | None
+
+
+def table_filters(
+    target: Annotated[str | None, Query(description="Only this target.")] = None,
+    dtype: Annotated[str | None, Query(description="Only this dtype.")] = None,
+) -> TableFilters:
+    if target is not None:
+        with blame("query", "target"):
+            target = get_target(target).name
+    if dtype is not None and dtype not in DTYPES:
+        raise FieldError(("query", "dtype"), f"unknown dtype {dtype!r}; one of {', '.join(DTYPES)}")
+    return TableFilters(target, dtype)
+
+
+TableFiltersDep = Annotated[TableFilters, Depends(table_filters)]

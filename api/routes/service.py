@@ -1,0 +1,52 @@
+"""Targets, workers, health and metrics."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request, Response
+
+from api.deps import SessionDep, StoreDep
+from api.metrics import CONTENT_TYPE, Metrics
+from api.schemas import HealthPublic, TargetPublic, WorkerPublic
+from kernels.targets import list_targets
+from tuner import store
+from tuner.errors import SchemaError
+
+router = APIRouter(tags=["service"])
+
+
+@router.get("/v1/targets", response_model=list[TargetPublic])
+def get_targets() -> list[TargetPublic]:
+    """Hardware profiles: core counts, on-chip memory sizes (bytes), clock and DDR rate."""
+    return [TargetPublic.model_validate(t.to_dict()) for t in list_targets()]
+
+
+@router.get("/v1/workers", response_model=list[WorkerPublic])
+def get_workers(
+    session: SessionDep,
+    alive_within: Annotated[
+        float | None, Query(gt=0, description="Only those heard from in the last N seconds.")
+    ] = None,
+) -> list[WorkerPublic]:
+    return [WorkerPublic.of(w) for w in store.list_workers(session, alive_within=alive_within)]
+
+
+@router.get(
+    "/healthz",
+    response_model=HealthPublic,
+    responses={503: {"description": "Database unreachable or its schema not at head."}},
+)
+def healthz(db: StoreDep) -> HealthPublic:
+    """Healthy when the database answers and its schema is at the revision this code needs."""
+    revision = store.check_schema(db.engine)
+    if revision is None:
+        raise SchemaError(f"database {db.safe_url} has no tilewise schema")
+    return HealthPublic(status="ok", database=db.engine.dialect.name, revision=revision)
+
+
+@router.get("/metrics", response_class=Response, responses={200: {"content": {CONTENT_TYPE: {}}}})
+def metrics(request: Request) -> Response:
+    """Prometheus text format."""
+    registry: Metrics = request.app.state.metrics
+    return Response(registry.render(), media_type=CONTENT_TYPE)

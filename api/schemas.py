@@ -1,0 +1,291 @@
+"""Request and response bodies: one model per direction (``*Create`` in, ``*Public`` out).
+
+Request models check everything that needs no settings (names exist, dims are positive
+integers); bounds that come from settings (largest budget, largest tensor) are checked in
+``api.deps`` and reported the same way, as a 422 naming the field.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+
+from kernels.ops import get_op
+from kernels.targets import get_target
+from tuner.store import JobRow, JobStatus, TilingRow, WorkerRow, WorkerStatus, WorkloadRow
+from tuner.types import MAX_DIM, Workload
+
+Dim = Annotated[int, Field(strict=True, gt=0, le=MAX_DIM)]
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# In
+
+
+class JobCreate(BaseModel):
+    """``POST /v1/jobs``: tune ``op`` for one shape on one target."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    op: str = Field(description="Op name, see GET /v1/ops.", examples=["scale_relu_dropout"])
+    dtype: str = Field(default="float32", description="One of the op's dtypes.")
+    target: str = Field(default="cpu-twin", description="See GET /v1/targets.")
+    shape: dict[str, Dim] = Field(description="Every dim of the op.", examples=[{"N": 65536}])
+    budget: int | None = Field(
+        default=None, ge=1, description="Measured evaluations; settings.default_budget if absent."
+    )
+    seconds: float | None = Field(default=None, gt=0, description="Optional time budget.")
+    force: bool = Field(default=False, description="Re-tune even if the workload is tuned.")
+
+    # Validators run in field order; a later one sees the earlier validated values in
+    # info.data (and skips when the op itself was invalid: that error is reported already).
+    @field_validator("op")
+    @classmethod
+    def _op(cls, value: str) -> str:
+        return get_op(value).name
+
+    @field_validator("dtype")
+    @classmethod
+    def _dtype(cls, value: str, info: ValidationInfo) -> str:
+        if "op" in info.data:
+            get_op(info.data["op"]).validate_dtype(value)
+        return value
+
+    @field_validator("target")
+    @classmethod
+    def _target(cls, value: str) -> str:
+        return get_target(value).name
+
+    @field_validator("shape")
+    @classmethod
+    def _shape(cls, value: dict[str, int], info: ValidationInfo) -> dict[str, int]:
+        if "op" in info.data:
+            return dict(get_op(info.data["op"]).validate_shape(value))
+        return value
+
+
+# ---------------------------------------------------------------------------------------------
+# Out
+
+
+class WorkloadPublic(_Out):
+    key: str
+    op: str
+    op_version: str
+    target: str
+    dtype: str
+    shape: dict[str, int]
+
+    @classmethod
+    def of(cls, w: Workload | WorkloadRow) -> WorkloadPublic:
+        return cls(
+            key=w.key,
+            op=w.op,
+            op_version=w.op_version,
+            target=w.target,
+            dtype=w.dtype,
+            shape=dict(w.shape),
+        )
+
+
+class JobPublic(_Out):
+    id: int
+    status: JobStatus
+    workload: WorkloadPublic
+    budget: int
+    budget_seconds: float | None
+    force: bool
+    evaluations: int = Field(description="Measured evaluations done so far.")
+    progress: float = Field(description="evaluations / budget, 0..1.")
+    best_latency_us: float | None = Field(description="Best so far.")
+    speedup: float | None = Field(description="Over the op's default tiling.")
+    error: str | None
+    worker_id: str | None
+    attempts: int
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+    @classmethod
+    def of(cls, job: JobRow, workload: WorkloadRow) -> JobPublic:
+        return cls(
+            id=job.id,
+            status=job.status,
+            workload=WorkloadPublic.of(workload),
+            budget=job.budget_evals,
+            budget_seconds=job.budget_seconds,
+            force=job.force,
+            evaluations=job.evaluations,
+            progress=min(1.0, job.evaluations / job.budget_evals),
+            best_latency_us=job.best_latency_us,
+            speedup=job.speedup,
+            error=job.error,
+            worker_id=job.worker_id,
+            attempts=job.attempts,
+            created_at=job.created_at,
+            started_at=job.started_at,
+            finished_at=job.finished_at,
+        )
+
+
+class JobList(_Out):
+    jobs: list[JobPublic]
+
+
+class TunedPublic(_Out):
+    """The stored result of a tuned workload (``POST /v1/jobs`` answers 200 with it)."""
+
+    status: Literal["tuned"] = "tuned"
+    workload: WorkloadPublic
+    tiling: dict[str, int]
+    latency_us: float
+    default_latency_us: float | None
+    speedup: float | None
+    evaluations: int
+    updated_at: datetime
+
+    @classmethod
+    def of(cls, workload: WorkloadRow, tiling: TilingRow) -> TunedPublic:
+        return cls(
+            workload=WorkloadPublic.of(workload),
+            tiling=dict(tiling.tiling),
+            latency_us=tiling.latency_us,
+            default_latency_us=tiling.default_latency_us,
+            speedup=tiling.speedup,
+            evaluations=tiling.evaluations,
+            updated_at=tiling.updated_at,
+        )
+
+
+class TunablePublic(_Out):
+    name: str
+    values: list[int]
+    compile_time: bool
+    doc: str
+
+
+class OpPublic(_Out):
+    name: str
+    summary: str
+    version: str
+    dims: list[str]
+    dtypes: list[str]
+
+
+class OpDetail(OpPublic):
+    """An op's search space. Runtime domains depend on the shape and target they are for."""
+
+    shape: dict[str, int]
+    dtype: str
+    target: str
+    tunables: list[TunablePublic]
+
+
+class TrafficPublic(_Out):
+    unfused_bytes: int
+    fused_bytes: int
+    saved_bytes: int
+    reduction_pct: float = Field(description="Global-memory traffic removed by fusion, %.")
+    worth_fusing: bool = Field(description="reduction_pct >= 30.")
+    unfused_kernels: int
+    flops: int
+    intensity_unfused: float = Field(description="flops per byte moved, unfused.")
+    intensity_fused: float = Field(description="flops per byte moved, fused.")
+
+
+class UbPublic(_Out):
+    default_tiling: dict[str, int]
+    bytes: int = Field(description="UB the default tiling allocates per core.")
+    capacity: int = Field(description="The target's UB per core.")
+    usable: int = Field(description="UB a kernel may allocate (capacity less reserves).")
+    pct: float = Field(description="bytes / capacity, %.")
+    high: bool = Field(description="pct > 80: little room for double buffering or bigger tiles.")
+
+
+class RooflinePublic(_Out):
+    bandwidth_gb_s: float = Field(description="ddr_rate × clock × AI cores.")
+    peak_tflops: float = Field(description="Cube peak: AI cores × 16³ MACs × 2 × clock.")
+    ridge_flops_per_byte: float
+    bound: Literal["memory", "compute"] = Field(description="Of the fused op.")
+    unfused_time_us: float
+    fused_time_us: float
+    speedup_lower_bound: float
+    note: str
+
+
+class AnalysisPublic(_Out):
+    op: str
+    shape: dict[str, int]
+    dtype: str
+    target: str
+    traffic: TrafficPublic
+    ub: UbPublic
+    roofline: RooflinePublic
+
+
+class LookupPublic(_Out):
+    """A tiling for the asked shape and the rule that chose it (tuner.runtime's order)."""
+
+    tiling: dict[str, int]
+    source: Literal["exact", "nearest", "default"]
+    workload: WorkloadPublic | None = Field(
+        description="The tuned workload whose tiling answers; null for the default heuristic."
+    )
+    latency_us: float | None = Field(description="Measured latency of that tuned workload.")
+    distance: float | None = Field(
+        default=None, description="0 for exact; sum over dims of |log2 asked - log2 tuned|."
+    )
+
+
+class TargetPublic(_Out):
+    name: str
+    backend: str
+    soc: str
+    cube_cores: int
+    vector_cores: int
+    freq_mhz: int
+    ub: int
+    l1: int
+    l0a: int
+    l0b: int
+    l0c: int
+    bt: int
+    l2: int
+    ddr_rate: int
+    source: str
+
+
+class WorkerPublic(_Out):
+    id: str
+    host: str
+    pid: int
+    target: str
+    device: int | None
+    status: WorkerStatus
+    started_at: datetime
+    last_heartbeat: datetime
+
+    @classmethod
+    def of(cls, w: WorkerRow) -> WorkerPublic:
+        return cls(
+            id=w.id,
+            host=w.host,
+            pid=w.pid,
+            target=w.target,
+            device=w.device,
+            status=w.status,
+            started_at=w.started_at,
+            last_heartbeat=w.last_heartbeat,
+        )
+
+
+class HealthPublic(_Out):
+    status: Literal["ok"]
+    database: str = Field(description="The database kind (sqlite, postgresql).")
+    revision: str

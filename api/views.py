@@ -1,0 +1,100 @@
+"""What the dashboard pages show, assembled from the store (the templates only lay it out)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from markupsafe import Markup
+from sqlalchemy.orm import Session
+
+from api.charts import Curve, chart, sparkline
+from api.errors import NotFound
+from kernels.ops import OPS, get_op
+from tuner import store
+from tuner.store import JobRow, RecordRow, TilingRow, WorkloadRow
+
+#: Records listed on a workload page (the newest); the chart uses all of them.
+MAX_RECORDS_SHOWN = 500
+JOBS_SHOWN = 50
+
+
+@dataclass(frozen=True)
+class TunedRow:
+    workload: WorkloadRow
+    tiling: TilingRow
+    curve: Curve
+    spark: Markup
+    current: bool  # tuned with the op's current kernel (a changed kernel is a new workload)
+
+
+@dataclass(frozen=True)
+class JobView:
+    job: JobRow
+    workload: WorkloadRow
+
+    @property
+    def pct(self) -> int:
+        return min(100, round(100 * self.job.evaluations / self.job.budget_evals))
+
+
+def _current_version(op: str) -> str | None:
+    return get_op(op).version if op in OPS else None
+
+
+def _curve(session: Session, workload_id: int) -> Curve:
+    return Curve.of(store.records_for(session, workload_id=workload_id, status="ok"))
+
+
+def _jobs(session: Session, jobs: list[JobRow]) -> list[JobView]:
+    cache: dict[int, WorkloadRow] = {}
+    views = []
+    for job in jobs:
+        if job.workload_id not in cache:
+            row = store.get_workload(session, workload_id=job.workload_id)
+            assert row is not None  # a foreign key
+            cache[job.workload_id] = row
+        views.append(JobView(job, cache[job.workload_id]))
+    return views
+
+
+def index(session: Session) -> dict[str, Any]:
+    versions: dict[str, str | None] = {}
+    tuned = []
+    for workload, tiling in store.best_tilings(session):
+        if workload.op not in versions:
+            versions[workload.op] = _current_version(workload.op)
+        curve = _curve(session, workload.id)
+        tuned.append(
+            TunedRow(
+                workload,
+                tiling,
+                curve,
+                sparkline(curve),
+                versions[workload.op] == workload.op_version,
+            )
+        )
+    return {
+        "tuned": tuned,
+        "jobs": _jobs(session, store.list_jobs(session, limit=JOBS_SHOWN)),
+        "workers": store.list_workers(session),
+    }
+
+
+def workload(session: Session, key: str) -> dict[str, Any]:
+    row = store.find_workload(session, key=key)
+    if row is None:
+        raise NotFound(f"no workload {key!r}")
+    tiling = store.get_tiling(session, workload_id=row.id)
+    records: list[RecordRow] = store.records_for(session, workload_id=row.id)
+    curve = Curve.of(records)
+    return {
+        "w": row,
+        "tiling": tiling,
+        "curve": curve,
+        "chart": chart(curve, default_us=tiling.default_latency_us if tiling else None),
+        "records": records[-MAX_RECORDS_SHOWN:][::-1],
+        "records_total": len(records),
+        "jobs": _jobs(session, store.list_jobs(session, workload_id=row.id, limit=JOBS_SHOWN)),
+        "current": _current_version(row.op) == row.op_version,
+    }

@@ -1,0 +1,119 @@
+"""/v1/tilings (lookup through tuner.runtime) and /v1/tables (export)."""
+
+from __future__ import annotations
+
+from fastapi.testclient import TestClient
+
+from api.lookup import LookupCache
+from kernels.ops import get_op
+from kernels.targets import get_target
+from tests.api._support import live_server, seed_tuned
+from tuner.export import FORMAT, FORMAT_VERSION
+from tuner.runtime import TilingTable
+from tuner.settings import Settings
+from tuner.store import Store, open_store
+from tuner.types import Shape
+
+URL = "/v1/tilings/scale_relu_dropout"
+
+
+def test_lookup_exact_nearest_and_default(client: TestClient, db: Store) -> None:
+    seeded = seed_tuned(db)
+    exact = client.get(f"{URL}?shape=N=65536").json()
+    assert exact["source"] == "exact"
+    assert exact["tiling"] == dict(seeded.best)
+    assert exact["latency_us"] == seeded.best_us
+    assert exact["workload"]["key"] == seeded.workload.key
+
+    nearest = client.get(f"{URL}?shape=N=60000").json()
+    assert nearest["source"] == "nearest" and nearest["tiling"] == dict(seeded.best)
+    assert nearest["workload"]["shape"] == {"N": 65536} and nearest["distance"] > 0
+
+    other_dtype = client.get(f"{URL}?shape=N=65536&dtype=float16").json()
+    spec, twin = get_op("scale_relu_dropout"), get_target("cpu-twin")
+    assert other_dtype["source"] == "default"
+    assert other_dtype["workload"] is None and other_dtype["latency_us"] is None
+    assert other_dtype["tiling"] == dict(spec.default_tiling(Shape({"N": 65536}), "float16", twin))
+
+
+def test_lookup_answers_as_the_runtime_library_does(client: TestClient, db: Store) -> None:
+    seed_tuned(db)
+    seed_tuned(db, shape={"N": 1 << 20}, latencies=(300.0, 250.0, 260.0))
+    table = TilingTable.from_db(db.url)
+    for n in (1000, 65536, 100_000, 1 << 20, 3 << 20):
+        api = client.get(f"{URL}?shape=N={n}").json()
+        lib = table.lookup("scale_relu_dropout", target="cpu-twin", dtype="float32", shape={"N": n})
+        assert (api["source"], api["tiling"]) == (lib.source, dict(lib.tiling)), n
+
+
+def test_table_is_reloaded_when_tilings_change(client: TestClient, db: Store) -> None:
+    lookup: LookupCache = client.app.state.lookup  # type: ignore[attr-defined]
+    lookup.check_s = 0.0  # check the fingerprint on every request
+    assert client.get(f"{URL}?shape=N=65536").json()["source"] == "default"
+    loads = lookup.loads
+    assert client.get(f"{URL}?shape=N=65536").json()["source"] == "default"
+    assert lookup.loads == loads  # nothing changed: no reload
+    seed_tuned(db)
+    assert client.get(f"{URL}?shape=N=65536").json()["source"] == "exact"
+    assert lookup.loads == loads + 1
+
+
+def test_lookup_bad_query_names_the_field(client: TestClient) -> None:
+    r = client.get(f"{URL}?shape=N=-4")
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["query", "shape"]
+    r = client.get(f"{URL}?shape=N=4&target=tpu")
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["query", "target"]
+
+
+def test_tables_json_and_header(client: TestClient, db: Store) -> None:
+    seeded = seed_tuned(db)
+    seed_tuned(db, op="linear_add_gelu", shape={"M": 256, "N": 256, "K": 128}, latencies=(9.0, 7.0))
+    doc = client.get("/v1/tables/scale_relu_dropout").json()
+    assert (doc["format"], doc["format_version"]) == (FORMAT, FORMAT_VERSION)
+    assert len(doc["entries"]) == 1
+    entry = doc["entries"][0]
+    assert entry["tiling"] == dict(seeded.best) and entry["latency_us"] == seeded.best_us
+    assert (
+        TilingTable.from_document(doc)
+        .lookup("scale_relu_dropout", target="cpu-twin", dtype="float32", shape={"N": 65536})
+        .source
+        == "exact"
+    )
+
+    every = client.get("/v1/tables").json()
+    assert sorted(e["op"] for e in every["entries"]) == ["linear_add_gelu", "scale_relu_dropout"]
+    assert client.get("/v1/tables?dtype=float16").json()["entries"] == []
+    assert len(client.get("/v1/tables?target=CPU-TWIN").json()["entries"]) == 2
+
+    header = client.get("/v1/tables/scale_relu_dropout?format=header")
+    assert header.status_code == 200
+    assert header.headers["content-type"].startswith("text/x-c")
+    assert "#ifndef TILEWISE_SCALE_RELU_DROPOUT_H" in header.text
+    assert "tilewise_scale_relu_dropout_lookup" in header.text
+
+
+def test_tables_bad_filters(client: TestClient) -> None:
+    r = client.get("/v1/tables/scale_relu_dropout?format=yaml")
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["query", "format"]
+    r = client.get("/v1/tables?target=nope")
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["query", "target"]
+    r = client.get("/v1/tables?dtype=int4")
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["query", "dtype"]
+    assert client.get("/v1/tables/nope").status_code == 404
+
+
+def test_runtime_loads_from_the_api(settings: Settings) -> None:
+    """tuner.runtime's from_url reads what /v1/tables serves (over real HTTP)."""
+    db = open_store(settings.db_url)
+    try:
+        seed_tuned(db)
+    finally:
+        db.close()
+    with live_server(settings) as base:
+        table = TilingTable.from_url(base, op="scale_relu_dropout")
+        everything = TilingTable.from_url(base)
+    assert len(table) == 1 and len(everything) == 1
+    answer = table.lookup(
+        "scale_relu_dropout", target="cpu-twin", dtype="float32", shape={"N": 65536}
+    )
+    assert answer.source == "exact"
