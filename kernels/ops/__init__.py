@@ -23,8 +23,12 @@ __all__ = [
 
 #: op name -> module holding its ``SPEC``.
 OPS: dict[str, str] = {
+    "conv_bias_leakyrelu": "kernels.ops.conv_bias_leakyrelu.spec",
+    "layernorm_gelu": "kernels.ops.layernorm_gelu.spec",
     "linear_add_gelu": "kernels.ops.linear_add_gelu.spec",
     "scale_relu_dropout": "kernels.ops.scale_relu_dropout.spec",
+    "swiglu": "kernels.ops.swiglu.spec",
+    "swiglu_mlp": "kernels.ops.swiglu_mlp.spec",
 }
 
 

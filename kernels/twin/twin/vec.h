@@ -179,6 +179,30 @@ inline void CreateVecIndex(const LocalTensor<T>& dst, const T& firstValue, uint3
     }
 }
 
+// dst[i] = the element of src at byte offset srcBaseAddr + srcOffset[i] (offsets in bytes from the
+// start of src, each a multiple of sizeof(T)); the building block of im2col-style rearrangements.
+template <typename T>
+inline void Gather(const LocalTensor<T>& dst, const LocalTensor<T>& src, const LocalTensor<uint32_t>& srcOffset,
+                   const uint32_t srcBaseAddr, const uint32_t count)
+{
+    static_assert(sizeof(T) == 2 || sizeof(T) == 4, "Gather: unsupported data type");
+    twin::CheckLocal("Gather", dst, count);
+    twin::CheckLocal("Gather", srcOffset, count);
+    twin::CheckLocal("Gather", src, 0);
+    const uint64_t srcBytes = uint64_t(src.GetSize()) * sizeof(T);
+    const uint32_t* offsets = srcOffset.TwData();
+    T* d = dst.TwData();
+    const uint8_t* base = reinterpret_cast<const uint8_t*>(src.TwData());
+    for (uint32_t i = 0; i < count; ++i) {
+        const uint64_t at = uint64_t(srcBaseAddr) + offsets[i];
+        if (at % sizeof(T) != 0 || at + sizeof(T) > srcBytes) {
+            twin::Fail("Gather: element ", i, " reads byte offset ", at, ", outside the ", srcBytes,
+                       " B source or not ", sizeof(T), " B aligned");
+        }
+        std::memcpy(d + i, base + at, sizeof(T));
+    }
+}
+
 // dst[0] = the sum of src[0, count), accumulated in float in index order.
 template <typename T>
 inline void ReduceSum(const LocalTensor<T>& dst, const LocalTensor<T>& src, const LocalTensor<T>& sharedTmpBuffer,

@@ -83,3 +83,33 @@ def test_prediction_is_labelled() -> None:
         spec, spec.default_tiling(shape, "float32", TARGET), shape, "float32", TARGET
     ).to_dict()
     assert out["label"] == "predicted" and out["predicted_us"] > 0
+
+
+BENCHMARK = {
+    "swiglu": "T=2048,I=2752",
+    "layernorm_gelu": "R=4096,H=1024",
+    "swiglu_mlp": "T=512,H=1024,I=2752",
+    "conv_bias_leakyrelu": "N=8,C=64,H=56,W=56,K=64,R=3,S=3,stride=1,pad=1",
+}
+
+
+@pytest.mark.parametrize("op", sorted(BENCHMARK))
+def test_every_new_op_has_a_cost_model(op: str) -> None:
+    spec = get_op(op)
+    shape = spec.validate_shape(Shape.parse(BENCHMARK[op]))
+    tiling = spec.default_tiling(shape, "float16", TARGET)
+    out = predict(spec, tiling, shape, "float16", TARGET)
+    assert out.total_us > LAUNCH_OVERHEAD_US and out.waves == 1
+    assert (out.cube_us > 0) == spec.mix and out.mte_us > 0 and out.vector_us > 0
+    if op == "swiglu":  # 3 bytes moved per ~5 vector ops: memory-bound
+        assert out.bound == "memory", out
+
+
+def test_split_rows_cost_more_traffic() -> None:
+    spec, shape = get_op("layernorm_gelu"), Shape({"R": 4096, "H": 1024})
+    whole = Tiling({"rowsPerTile": 8, "hTile": 1024, "blockDim": 48, "bufferNum": 2})
+    split = whole.replace(rowsPerTile=1, hTile=512)
+    assert (
+        predict(spec, split, shape, "float32", TARGET).mte_us
+        > predict(spec, whole, shape, "float32", TARGET).mte_us
+    )

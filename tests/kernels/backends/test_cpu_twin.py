@@ -45,6 +45,15 @@ CASES = [
     ("scale_relu_dropout", "N=1"),
     ("scale_relu_dropout", "N=1003"),
     ("scale_relu_dropout", "N=70001"),
+    ("swiglu", "T=3,I=17"),
+    ("swiglu", "T=37,I=1001"),
+    ("layernorm_gelu", "R=5,H=33"),
+    ("layernorm_gelu", "R=5,H=5000"),
+    ("layernorm_gelu", "R=2,H=20000"),  # the default splits each row
+    ("swiglu_mlp", "T=3,H=17,I=20"),
+    ("swiglu_mlp", "T=33,H=70,I=130"),
+    ("conv_bias_leakyrelu", "N=1,C=3,H=7,W=7,K=5,R=3,S=3,stride=2,pad=1"),
+    ("conv_bias_leakyrelu", "N=2,C=5,H=13,W=11,K=20,R=3,S=2,stride=1,pad=0"),
 ]
 
 
@@ -73,6 +82,32 @@ def test_kernel_matches_reference(backend: CpuTwinBackend, op: str, shape: str, 
         )
         assert run.status == "ok", (dict(tiling), run.error)
         assert run.samples_us and run.samples_us[0] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_layernorm_two_pass_rows(backend: CpuTwinBackend, dtype: str) -> None:
+    # H=5000 fits UB whole; force the split path with chunks that leave a ragged last chunk.
+    spec, target = get_op("layernorm_gelu"), twin_target()
+    shape = Shape({"R": 5, "H": 5000})
+    for h_tile, buffers, blocks in ((256, 2, 2), (1024, 1, 1), (4096, 2, 5)):
+        tiling = Tiling(
+            {"rowsPerTile": 1, "hTile": h_tile, "blockDim": blocks, "bufferNum": buffers}
+        )
+        assert spec.check(tiling, shape, dtype, target).valid
+        build = backend.build(spec, spec.compile_key(tiling, dtype))
+        assert build.ok, build.error
+        run = backend.run(
+            build,
+            spec,
+            shape=shape,
+            dtype=dtype,
+            target=target,
+            tiling=tiling,
+            check=True,
+            measure=ONCE,
+        )
+        assert run.status == "ok", (dict(tiling), run.error)
 
 
 def test_builds_are_cached_and_report_spills_and_stack(backend: CpuTwinBackend) -> None:

@@ -18,6 +18,12 @@ TARGET = get_target("ascend910b1")
 SHAPES = {
     "scale_relu_dropout": Shape({"N": 1 << 22}),
     "linear_add_gelu": Shape({"M": 2048, "N": 2048, "K": 1024}),
+    "swiglu": Shape({"T": 2048, "I": 2752}),
+    "layernorm_gelu": Shape({"R": 4096, "H": 1024}),
+    "swiglu_mlp": Shape({"T": 512, "H": 1024, "I": 2752}),
+    "conv_bias_leakyrelu": Shape(
+        {"N": 8, "C": 64, "H": 56, "W": 56, "K": 64, "R": 3, "S": 3, "stride": 1, "pad": 1}
+    ),
 }
 
 
@@ -29,8 +35,8 @@ def near_boundary(spec: OpSpec, shape: Shape, dtype: str, n: int) -> list[Tiling
     found: dict[bool, list[Tiling]] = {True: [], False: []}
     for _ in range(200_000):
         values = {t.name: int(rng.choice(t.values)) for t in tunables}
-        if "tileLength" in values:  # the elementwise op: walk tile lengths in 16-element steps
-            values["tileLength"] = int(rng.integers(5000, 12000)) // 16 * 16
+        if "tileLength" in values:  # elementwise ops: walk tile lengths in 16-element steps
+            values["tileLength"] = int(rng.integers(2000, 40000)) // 16 * 16
         tiling = Tiling(values)
         ub = spec.footprint(tiling, shape, dtype, TARGET).ub
         if abs(ub - limit) <= 0.12 * limit:

@@ -22,6 +22,22 @@ SHAPES = {
         "M=128,N=4096,K=4096",
     ],
     "scale_relu_dropout": ["N=1", "N=1000", "N=1000003", "N=16777216"],
+    "swiglu": ["T=1,I=1", "T=3,I=17", "T=2048,I=2752"],
+    "layernorm_gelu": ["R=1,H=1", "R=5,H=33", "R=5,H=5000", "R=2,H=20000", "R=4096,H=1024"],
+    "swiglu_mlp": ["T=3,H=17,I=20", "T=33,H=70,I=130", "T=512,H=1024,I=2752"],
+    "conv_bias_leakyrelu": [
+        "N=1,C=3,H=7,W=7,K=5,R=3,S=3,stride=2,pad=1",
+        "N=2,C=5,H=13,W=11,K=20,R=3,S=2,stride=1,pad=0",
+        "N=8,C=64,H=56,W=56,K=64,R=3,S=3,stride=1,pad=1",
+    ],
+}
+
+#: The shapes the benchmark runs: the reference and tolerance must hold there too.
+BENCHMARK = {
+    "swiglu": "T=2048,I=2752",
+    "swiglu_mlp": "T=512,H=1024,I=2752",
+    "layernorm_gelu": "R=4096,H=1024",
+    "conv_bias_leakyrelu": "N=8,C=64,H=56,W=56,K=64,R=3,S=3,stride=1,pad=1",
 }
 
 
@@ -183,3 +199,128 @@ def test_version_changes_with_the_kernel_source(tmp_path, monkeypatch) -> None: 
     copy.write_text(get_op("scale_relu_dropout").kernel_path.read_text() + "\n// changed\n")
     monkeypatch.setattr(ScaleReluDropout, "kernel_path", property(lambda self: copy))
     assert ScaleReluDropout().version != original
+
+
+# -- the ops of issue 6 ----------------------------------------------------------------------
+
+
+def _emulate(op: str, inputs: dict[str, np.ndarray], shape: Shape, dtype: str) -> np.ndarray:
+    """The kernel's arithmetic in numpy: float32 compute from dtype inputs, one final rounding."""
+    from kernels.ops.conv_bias_leakyrelu.spec import ALPHA, conv2d
+    from kernels.ops.layernorm_gelu.spec import EPS
+
+    f = {k: v.astype(np.float32) for k, v in inputs.items()}
+    one = np.float32(1)
+    if op == "swiglu":
+        out = f["u"] * (f["g"] / (one + np.exp(-f["g"])))
+    elif op == "layernorm_gelu":
+        x, h = f["x"], shape["H"]
+        mean = np.cumsum(x, axis=-1, dtype=np.float32)[:, -1:] / np.float32(h)  # sequential sums
+        d = x - mean
+        m2 = np.cumsum(d * d, axis=-1, dtype=np.float32)[:, -1:]
+        y = d * (one / np.sqrt(m2 / np.float32(h) + np.float32(EPS))) * f["gamma"] + f["beta"]
+        out = y / (one + np.exp(np.float32(-1.5957691) * (y + np.float32(0.044715) * y**3)))
+    elif op == "swiglu_mlp":
+        g, u = f["x"] @ f["wg"], f["x"] @ f["wu"]
+        out = u * (g / (one + np.exp(-g)))
+    else:
+        n, c, k = shape["N"], shape["C"], shape["K"]
+        x = f["x"].reshape(n, c, shape["H"], shape["W"])
+        w = f["w"].reshape(k, c, shape["R"], shape["S"])
+        y = conv2d(x, w, shape["stride"], shape["pad"]) + f["bias"][None, :, None, None]
+        out = np.where(y >= 0, y, np.float32(ALPHA) * y)
+    return np.asarray(out).astype(inputs[next(iter(inputs))].dtype)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("op", sorted(BENCHMARK))
+def test_reference_and_tolerance_hold_at_benchmark_shapes(op: str, dtype: str) -> None:
+    # The twin is too slow for these shapes in a test; a float32 emulation of the kernel's
+    # arithmetic must meet the tolerance against the float64 reference, and the default
+    # tiling must be valid on the Ascend targets.
+    spec = get_op(op)
+    shape = spec.validate_shape(Shape.parse(BENCHMARK[op]))
+    inputs = spec.make_inputs(shape, dtype, np.random.default_rng(1))
+    ((name, want),) = spec.reference(inputs, shape, dtype).items()
+    got = _emulate(op, inputs, shape, dtype).astype(np.float32).reshape(-1)
+    want = want.astype(np.float32).reshape(-1)
+    rtol, atol = spec.tolerance(dtype, shape)
+    assert np.isfinite(want).all() and 0.1 < float(np.abs(want).mean()) < 10
+    bad = np.abs(got - want) > atol + rtol * np.abs(want)
+    assert not bad.any(), f"{name}: {int(bad.sum())} elements outside ({rtol}, {atol})"
+    for target in BUILTIN:
+        profile = get_target(target)
+        assert spec.check(spec.default_tiling(shape, dtype, profile), shape, dtype, profile).valid
+
+
+def test_layernorm_splits_only_rows_that_do_not_fit() -> None:
+    spec, target = get_op("layernorm_gelu"), twin_target()
+    whole = spec.default_tiling(Shape({"R": 4096, "H": 1024}), "float32", target)
+    assert whole["hTile"] == 1024 and whole["rowsPerTile"] > 1
+    long = Shape({"R": 2, "H": 20000})
+    split = spec.default_tiling(long, "float32", target)
+    assert split["hTile"] < 20000 and split["rowsPerTile"] == 1
+    reasons = spec.check(split.replace(rowsPerTile=2), long, "float32", target).reasons
+    assert f"a row split in chunks of {split['hTile']} takes rowsPerTile 1" in reasons
+    hTiles = next(t for t in spec.tunables(long, "float32", target) if t.name == "hTile")
+    assert hTiles.values[-1] == 20000  # "whole row" is the largest value
+
+
+def test_swiglu_mlp_counts_both_matmul_objects() -> None:
+    mlp, lag, target = get_op("swiglu_mlp"), get_op("linear_add_gelu"), twin_target()
+    shape = Shape({"T": 512, "H": 1024, "I": 2752})
+    tiling = mlp.default_tiling(shape, "float16", target)
+    twin_shape = Shape({"M": 512, "N": 2752, "K": 1024})
+    lag_tiling = Tiling({k: v for k, v in tiling.items()})
+    one = lag.footprint(lag_tiling, twin_shape, "float16", target)
+    two = mlp.footprint(tiling, shape, "float16", target)
+    assert (two.l1, two.l0a, two.l0b, two.l0c) == (
+        2 * one.l1,
+        2 * one.l0a,
+        2 * one.l0b,
+        2 * one.l0c,
+    )
+    assert 2 * 2 * tiling["baseM"] * tiling["baseK"] * 2 <= target.l0a
+
+
+@pytest.mark.parametrize(
+    ("shape", "message"),
+    [
+        ({"pad": -1}, "pad must be non-negative"),
+        ({"stride": 0}, "stride must be positive"),
+        ({"R": 9, "pad": 0}, r"output size -1x5.*the filter must fit"),
+    ],
+)
+def test_conv_shape_checks(shape: dict[str, int], message: str) -> None:
+    base = {"N": 1, "C": 3, "H": 7, "W": 7, "K": 5, "R": 3, "S": 3, "stride": 1, "pad": 1}
+    with pytest.raises(InputError, match=message):
+        get_op("conv_bias_leakyrelu").validate_shape({**base, **shape})
+
+
+def test_conv_accepts_no_padding_and_reserves_col_for_every_split() -> None:
+    spec, target = get_op("conv_bias_leakyrelu"), twin_target()
+    shape = spec.validate_shape(
+        {"N": 2, "C": 5, "H": 13, "W": 11, "K": 20, "R": 3, "S": 2, "stride": 1, "pad": 0}
+    )
+    assert shape["pad"] == 0
+    default = spec.default_tiling(shape, "float16", target)
+    domain = next(t for t in spec.tunables(shape, "float16", target) if t.name == "singleCoreN")
+    for sn in domain.values:
+        reasons = spec.check(default.replace(singleCoreN=sn), shape, "float16", target).reasons
+        assert not any("workspace" in r for r in reasons)
+
+
+def test_conv_reference_matches_a_direct_loop() -> None:
+    from kernels.ops.conv_bias_leakyrelu.spec import conv2d
+
+    rng = np.random.default_rng(3)
+    x, w = rng.standard_normal((2, 3, 7, 6)), rng.standard_normal((4, 3, 3, 2))
+    stride, pad = 2, 1
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    oh, ow = (7 + 2 - 3) // 2 + 1, (6 + 2 - 2) // 2 + 1
+    want = np.zeros((2, 4, oh, ow))
+    for i, j in itertools.product(range(oh), range(ow)):
+        patch = xp[:, :, i * stride : i * stride + 3, j * stride : j * stride + 2]
+        want[:, :, i, j] = np.tensordot(patch, w, axes=([1, 2, 3], [1, 2, 3]))
+    np.testing.assert_allclose(conv2d(x, w, stride, pad), want, rtol=1e-12, atol=1e-12)

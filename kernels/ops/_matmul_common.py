@@ -1,0 +1,179 @@
+"""Shared pieces of the Matmul + vector-epilogue ops built after linear_add_gelu.
+
+The TCubeTiling fields a developer sets by hand are the same for every op built on the Matmul
+high-level API: the base block, the L1 steps and depths, L0C double buffering and the iteration
+order, plus the epilogue's UB rows. These helpers give their domains, the L1/L0 buffers one
+Matmul object allocates, the rules of the vendor table, the TCubeTiling values (packed by
+``kernels.ops._cube.cube_struct``), the MultiCoreMatmulTiling-like starting block and the
+epilogue fit. linear_add_gelu keeps its own copy (changing it would change its version).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from kernels.ops._base import Buffer, Tunable, ceil_div, itemsize, round_up
+from kernels.ops.linear_add_gelu.spec import BASE_K, BASE_MN, CORE_SPLITS, DB_L0AB, c0
+from kernels.targets import TargetProfile
+from tuner.types import Tiling
+
+EPI_ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+def single_core(extent: int, cores: int) -> tuple[int, ...]:
+    """Per-core extents of the core splits that fit ``cores``, multiples of 16."""
+    return tuple(sorted({round_up(ceil_div(extent, s), 16) for s in CORE_SPLITS if s <= cores}))
+
+
+def cube_tunables() -> tuple[Tunable, ...]:
+    return (
+        Tunable("baseM", BASE_MN, "rows of the cube's base block (L0A/L0C)"),
+        Tunable("baseN", BASE_MN, "columns of the cube's base block (L0B/L0C)"),
+        Tunable("baseK", BASE_K, "depth of one cube step"),
+        Tunable("stepM", (1, 2, 4), "A base blocks along M held in L1"),
+        Tunable("stepN", (1, 2, 4), "B base blocks along N held in L1"),
+        Tunable("depthA1", (1, 2, 4, 8), "A base blocks in L1 (stepM × stepKa)"),
+        Tunable("depthB1", (1, 2, 4, 8), "B base blocks in L1 (stepN × stepKb)"),
+        Tunable("dbL0C", (1, 2), "L0C double buffering"),
+        Tunable("iterateOrder", (0, 1), "0: walk M first, 1: walk N first"),
+        Tunable("epiRows", EPI_ROWS, "C rows per epilogue pass"),
+    )
+
+
+def matmul_buffers(tiling: Tiling, dtype: str, prefix: str = "") -> list[Buffer]:
+    """What one Matmul object's Init takes: A/B tiles in L1, ping-pong L0A/L0B, L0C blocks."""
+    size, bm, bn, bk = itemsize(dtype), tiling["baseM"], tiling["baseN"], tiling["baseK"]
+    plan = [
+        Buffer(f"{prefix}A1", "l1", tiling["depthA1"] * bm * bk * size),
+        Buffer(f"{prefix}B1", "l1", tiling["depthB1"] * bn * bk * size),
+    ]
+    plan += [Buffer(f"{prefix}A2[{i}]", "l0a", bm * bk * size) for i in range(DB_L0AB)]
+    plan += [Buffer(f"{prefix}B2[{i}]", "l0b", bn * bk * size) for i in range(DB_L0AB)]
+    plan += [Buffer(f"{prefix}CO1[{i}]", "l0c", bm * bn * 4) for i in range(tiling["dbL0C"])]
+    return plan
+
+
+def cube_rules(tiling: Tiling, dtype: str, *, single_m: int, single_n: int, k: int) -> list[str]:
+    reasons = []
+    bm, bn, bk = tiling["baseM"], tiling["baseN"], tiling["baseK"]
+    if bm % 16 or bn % 16:
+        reasons.append(f"baseM {bm} and baseN {bn} must be multiples of 16")
+    if bk % c0(dtype):
+        reasons.append(f"baseK {bk} must be a multiple of {c0(dtype)} for {dtype}")
+    if tiling["depthA1"] % tiling["stepM"]:
+        reasons.append(f"depthA1 {tiling['depthA1']} is not a multiple of stepM")
+    if tiling["depthB1"] % tiling["stepN"]:
+        reasons.append(f"depthB1 {tiling['depthB1']} is not a multiple of stepN")
+    if bm > round_up(single_m, 16) or bn > round_up(single_n, 16):
+        reasons.append("base block larger than the single-core block")
+    if bk > round_up(k, c0(dtype)):
+        reasons.append(f"baseK {bk} larger than K={k}")
+    if tiling["epiRows"] > bm:
+        reasons.append(f"epiRows {tiling['epiRows']} exceeds baseM {bm}")
+    return reasons
+
+
+def default_base(
+    single_m: int, single_n: int, k: int, dtype: str, target: TargetProfile, objects: int = 1
+) -> dict[str, int]:
+    """The vendor's (128, 256, 64) start, shrunk until ``objects`` Matmul objects fit L0A/L0B."""
+    size = itemsize(dtype)
+
+    def largest(domain: tuple[int, ...], cap: int) -> int:
+        return max([v for v in domain if v <= cap] or [domain[0]])
+
+    bm = largest(BASE_MN, min(128, round_up(single_m, 16)))
+    bn = largest(BASE_MN, min(256, round_up(single_n, 16)))
+    bk = largest(BASE_K, min(64, round_up(k, c0(dtype))))
+
+    def l0(rows: int) -> int:
+        return objects * DB_L0AB * rows * bk * size
+
+    while l0(bn) > target.l0b or l0(bm) > target.l0a:
+        if bk > max(c0(dtype), 32):
+            bk //= 2
+        elif l0(bn) > target.l0b:
+            bn = largest(BASE_MN, bn - 16)
+        else:
+            bm = largest(BASE_MN, bm - 16)
+    return {
+        "baseM": bm,
+        "baseN": bn,
+        "baseK": bk,
+        "stepM": 1,
+        "stepN": 1,
+        "depthA1": 2,
+        "depthB1": 2,
+        "dbL0C": 1,
+        "iterateOrder": 0,
+        "epiRows": 1,
+    }
+
+
+def fit_epilogue(
+    tiling: Tiling, valid: Callable[[Tiling], bool], extra: tuple[dict[str, int], ...] = ({},)
+) -> Tiling:
+    """The largest epiRows (over the ``extra`` variants, in order) that makes ``tiling`` valid;
+    when none does, halve the larger of baseN and baseM and try again."""
+    while True:
+        for variant in extra:
+            for rows in sorted(EPI_ROWS, reverse=True):
+                candidate = tiling.replace(**variant, epiRows=rows)
+                if valid(candidate):
+                    return candidate
+        bm, bn = tiling["baseM"], tiling["baseN"]
+        if max(bm, bn) <= BASE_MN[0]:
+            return tiling
+        if bn >= bm:
+            tiling = tiling.replace(baseN=max(v for v in BASE_MN if v <= bn // 2))
+        else:
+            tiling = tiling.replace(baseM=max(v for v in BASE_MN if v <= bm // 2))
+
+
+def cube_values(
+    tiling: Tiling, *, m: int, n: int, k: int, single_m: int, single_n: int, used: int
+) -> dict[str, int]:
+    """The TCubeTiling fields a plain matmul sets (the rest stay zero)."""
+    return {
+        "usedCoreNum": used,
+        "M": m,
+        "N": n,
+        "Ka": k,
+        "Kb": k,
+        "singleCoreM": single_m,
+        "singleCoreN": single_n,
+        "singleCoreK": k,
+        "baseM": tiling["baseM"],
+        "baseN": tiling["baseN"],
+        "baseK": tiling["baseK"],
+        "depthA1": tiling["depthA1"],
+        "depthB1": tiling["depthB1"],
+        "stepM": tiling["stepM"],
+        "stepN": tiling["stepN"],
+        "iterateOrder": tiling["iterateOrder"],
+        "batchM": 1,
+        "batchN": 1,
+        "singleBatchM": 1,
+        "singleBatchN": 1,
+        "stepKa": max(1, tiling["depthA1"] // tiling["stepM"]),
+        "stepKb": max(1, tiling["depthB1"] // tiling["stepN"]),
+        "dbL0A": DB_L0AB,
+        "dbL0B": DB_L0AB,
+        "dbL0C": tiling["dbL0C"],
+    }
+
+
+def matmul_gm_reads(
+    tiling: Tiling, *, single_m: int, single_n: int, k: int
+) -> tuple[int, int, int, int]:
+    """(A reads, B reads, M blocks, N blocks) of one core's walk, with linear_add_gelu's L1
+    reuse rule: a matrix is read once when the tiles the walk revisits fit its L1 depth."""
+    mb, nb = ceil_div(single_m, tiling["baseM"]), ceil_div(single_n, tiling["baseN"])
+    kt = ceil_div(k, tiling["baseK"])
+    if tiling["iterateOrder"] == 0:
+        a_reads = 1 if tiling["depthA1"] >= mb * kt else nb
+        b_reads = 1 if tiling["depthB1"] >= kt else mb
+    else:
+        a_reads = 1 if tiling["depthA1"] >= kt else nb
+        b_reads = 1 if tiling["depthB1"] >= nb * kt else mb
+    return a_reads, b_reads, mb, nb
