@@ -113,14 +113,15 @@ class ScaleReluDropout(OpSpec):
         return reasons
 
     def default_tiling(self, shape: Shape, dtype: str, target: TargetProfile) -> Tiling:
-        # The textbook choice: double buffering, every vector core, the largest power-of-two
+        # The textbook choice: double buffering, as many vector cores as have work (from the
+        # searched domain, so the default is a point of the space), the largest power-of-two
         # tile that fits UB.
-        blocks = max(1, min(target.vector_cores, ceil_div(shape["N"], ALIGN)))
-        while (
-            blocks > 1
-            and round_up(ceil_div(shape["N"], blocks), ALIGN) * (blocks - 1) >= shape["N"]
-        ):
-            blocks -= 1
+        domain = next(t for t in self.runtime_tunables(shape, dtype, target) if t.name == "blockDim")
+        blocks = max(
+            b
+            for b in domain.values
+            if b == 1 or round_up(ceil_div(shape["N"], b), ALIGN) * (b - 1) < shape["N"]
+        )
         tiling = Tiling({"tileLength": ALIGN, "blockDim": blocks, "bufferNum": 2})
         tile = 1 << 15
         while tile > ALIGN:
