@@ -29,7 +29,22 @@ PUBLIC = {
         "RunResult",
         "create_backend",
     },
-    "tuner.search": {"Budget", "Measured", "Progress", "TuneResult", "Tuner", "make_sampler"},
+    "tuner.search": {
+        "STRATEGIES",
+        "Budget",
+        "JobTag",
+        "Measured",
+        "Progress",
+        "ReplayResult",
+        "ReplayRun",
+        "ReplaySpace",
+        "SearchSpace",
+        "SurrogateSampler",
+        "TuneResult",
+        "Tuner",
+        "make_sampler",
+        "replay_search",
+    },
 }
 
 

@@ -1,6 +1,7 @@
 """`tilewise check`: the static verdict on one tiling, optionally confirmed by Huawei's compiler."""
 
-from __future__ import annotations
+# No `from __future__ import annotations`: typer reads the option types at run time, and
+# they are imported inside register().
 
 import json
 from typing import Annotated, Any

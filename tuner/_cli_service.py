@@ -1,9 +1,299 @@
-"""`tilewise` commands: service (registered on the main app by tuner.cli)."""
+"""`tilewise` commands: service (registered on the main app by tuner.cli).
 
-from __future__ import annotations
+``tilewise worker`` runs one worker in this process (see :mod:`tuner.worker`).
+``tilewise serve`` runs the API (uvicorn, in this process) and N worker processes that it
+supervises: a worker that dies is started again; SIGTERM or SIGINT stops the API, then asks
+every worker to stop (each finishes its trial in flight and hands its job back), then exits.
+"""
+
+# No `from __future__ import annotations`: typer reads the commands' annotations at run time,
+# and they name option types imported inside register().
+import importlib
+import ipaddress
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+
+if TYPE_CHECKING:
+    from tuner.settings import Settings
+
+log = logging.getLogger("tuner.serve")
+
+#: The app factory `serve` runs: ``create_app(settings) -> FastAPI``.
+DEFAULT_APP = "api.app:create_app"
+
+#: A worker that dies sooner than this after its start is restarted after a growing delay.
+QUICK_DEATH_S = 10.0
+MAX_RESTART_DELAY_S = 60.0
+
+
+def is_loopback(host: str) -> bool:
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def service_settings(settings: "Settings", host: str) -> "Settings":
+    """The settings `serve` runs with: dev mode (writes without a token) on a loopback address
+    without a token; refused on any other address without a token.
+
+    Raises:
+        ConfigError: ``host`` is not a loopback address and no API token is set.
+    """
+    from tuner.errors import ConfigError
+
+    if settings.api_token:
+        # Tokens are required whenever one is set; dev mode never leaves loopback.
+        return settings.model_copy(update={"dev_mode": settings.dev_mode and is_loopback(host)})
+    if is_loopback(host):
+        return settings.model_copy(update={"dev_mode": True})
+    raise ConfigError(
+        f"refusing to serve on {host} without an API token: anyone who can reach it could"
+        " queue jobs. Set TILEWISE_API_TOKEN (clients send `Authorization: Bearer <token>`),"
+        " or serve on 127.0.0.1 for local use"
+    )
+
+
+def load_app_factory(spec: str) -> Callable[["Settings"], Any]:
+    from tuner.errors import ConfigError
+
+    module_name, _, attr = spec.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+        factory: Callable[[Settings], Any] = getattr(module, attr or "create_app")
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"cannot load the API app {spec!r}: {exc}") from exc
+    return factory
+
+
+# -------------------------------------------------------------------------------------------
+# Worker processes
+
+
+@dataclass
+class _Slot:
+    device: int
+    proc: subprocess.Popen[bytes] | None = None
+    started: float = 0.0
+    delay: float = 0.0
+    not_before: float = 0.0
+
+
+class WorkerPool:
+    """N ``tilewise worker`` processes, restarted when they die, stopped on :meth:`stop`.
+
+    Each runs in its own session, so a Ctrl-C in the terminal reaches only `serve`, which then
+    stops them with SIGTERM (the graceful stop) in order.
+    """
+
+    def __init__(self, *, count: int, target: str, db_url: str, grace_s: float) -> None:
+        self.target, self.db_url, self.grace_s = target, db_url, grace_s
+        self.slots = [_Slot(device=i) for i in range(count)]
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._supervise, name="tw-pool", daemon=True)
+        self.restarts = 0
+
+    def _spawn(self, slot: _Slot) -> None:
+        cmd = [
+            sys.executable,
+            "-m",
+            "tuner.cli",
+            "worker",
+            "--target",
+            self.target,
+            "--device",
+            str(slot.device),
+            "--parent-pid",
+            str(os.getpid()),
+        ]
+        # The URL goes through the environment: argv is visible to every user (ps).
+        env = dict(os.environ, TILEWISE_DB_URL=self.db_url)
+        slot.proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+        slot.started = time.monotonic()
+        log.info("serve: started worker %d (pid %d)", slot.device, slot.proc.pid)
+
+    def start(self) -> None:
+        for slot in self.slots:
+            self._spawn(slot)
+        self._thread.start()
+
+    def _supervise(self) -> None:
+        while not self._stopping.wait(0.5):
+            now = time.monotonic()
+            for slot in self.slots:
+                if slot.proc is None or slot.proc.poll() is None:
+                    if slot.proc is None and now >= slot.not_before and not self._stopping.is_set():
+                        self._spawn(slot)
+                    continue
+                code = slot.proc.returncode
+                lived = now - slot.started
+                slot.delay = (
+                    min(MAX_RESTART_DELAY_S, max(1.0, 2 * slot.delay))
+                    if lived < QUICK_DEATH_S
+                    else 0.0
+                )
+                log.warning(
+                    "serve: worker %d (pid %d) exited with %s after %.0f s; restarting%s",
+                    slot.device,
+                    slot.proc.pid,
+                    code,
+                    lived,
+                    f" in {slot.delay:.0f} s" if slot.delay else "",
+                )
+                slot.proc = None
+                slot.not_before = now + slot.delay
+                self.restarts += 1
+
+    def stop(self) -> None:
+        """SIGTERM every worker, wait ``grace_s`` for them, then kill the rest."""
+        self._stopping.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        procs = [s.proc for s in self.slots if s.proc is not None and s.proc.poll() is None]
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + self.grace_s
+        for proc in procs:
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                log.warning("serve: worker pid %d did not stop in time: killed", proc.pid)
+                proc.kill()
+                proc.wait()
+
+
+# -------------------------------------------------------------------------------------------
+# Commands
+
+
+def _configure_logging() -> None:
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    logging.getLogger("alembic").setLevel(logging.WARNING)
 
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to `app`."""
+    # tuner.cli calls this at the end of its import: its helpers exist by then.
+    from tuner.cli import DbOpt, TargetOpt, _fail, _settings, err
+
+    @app.command("worker")
+    def worker(
+        target: TargetOpt = "cpu-twin",
+        device: Annotated[
+            int | None, typer.Option(min=0, help="Device (NPU) index this worker uses.")
+        ] = None,
+        db: DbOpt = None,
+        max_jobs: Annotated[
+            int | None, typer.Option("--max-jobs", min=1, help="Exit after this many jobs.")
+        ] = None,
+        exit_when_idle: Annotated[
+            bool,
+            typer.Option("--exit-when-idle", help="Exit when no job is waiting (batch use)."),
+        ] = False,
+        parent_pid: Annotated[int | None, typer.Option(hidden=True)] = None,
+    ) -> None:
+        """Claim queued jobs of TARGET from the database and tune them, until SIGTERM/SIGINT.
+
+        On SIGTERM or SIGINT the trial in flight completes, then the job is finished (budget
+        spent) or handed back to the queue for another worker; the exit code is 0.
+        """
+        from tuner.errors import TilewiseError
+        from tuner.worker import Worker, block_stop_signals, stop_on_signals
+
+        _configure_logging()
+        # Before any thread or child process exists: they inherit the blocked signals, and a
+        # signal that arrives meanwhile waits for stop_on_signals.
+        block_stop_signals()
+        try:
+            w = Worker(
+                settings=_settings(db),
+                target=target,
+                device=device,
+                max_jobs=max_jobs,
+                exit_when_idle=exit_when_idle,
+                parent_pid=parent_pid,
+            )
+        except TilewiseError as exc:
+            _fail(str(exc))
+        stop_on_signals(w)
+        done = w.run()
+        err.print(f"worker {w.id}: stopped after {done} job(s)", highlight=False)
+
+    @app.command("serve")
+    def serve(
+        host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+        port: Annotated[int, typer.Option(min=1, max=65535, help="Port to listen on.")] = 8000,
+        workers: Annotated[
+            int,
+            typer.Option(
+                min=0,
+                help="Local worker processes (0: API only). On the cpu-twin each uses every "
+                "core while it measures, so more than one per host skews timings.",
+            ),
+        ] = 1,
+        target: TargetOpt = "cpu-twin",
+        db: DbOpt = None,
+        app_factory: Annotated[str, typer.Option("--app", hidden=True)] = DEFAULT_APP,
+    ) -> None:
+        """Run the REST API and local workers on one database (default: the SQLite file)."""
+        from tuner import store
+        from tuner.errors import TilewiseError
+
+        _configure_logging()
+        try:
+            settings = service_settings(_settings(db), host)
+            store.open_store(settings.db_url).close()  # create / check the schema once
+            api = load_app_factory(app_factory)(settings)
+        except TilewiseError as exc:
+            _fail(str(exc))
+        if settings.dev_mode:
+            err.print(
+                f"dev mode: writes need no token (listening on {host} only);"
+                " set TILEWISE_API_TOKEN to require one",
+                highlight=False,
+                soft_wrap=True,
+            )
+
+        import uvicorn
+
+        server = uvicorn.Server(uvicorn.Config(api, host=host, port=port, log_level="info"))
+        signalled: list[int] = []
+
+        def on_signal(signum: int, _frame: object) -> None:
+            # Before uvicorn takes the signals over, and again when it re-raises them after
+            # its shutdown: not the default action (which would kill `serve` mid-cleanup).
+            signalled.append(signum)
+            server.should_exit = True
+
+        previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+        pool = WorkerPool(
+            count=workers,
+            target=target,
+            db_url=settings.db_url,
+            grace_s=settings.build_timeout_s + 2 * settings.run_timeout_s,
+        )
+        try:
+            pool.start()
+            server.run()
+        finally:
+            pool.stop()
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+        if not server.started and not signalled:
+            _fail(f"the API could not start on {host}:{port} (see the log above)")

@@ -91,24 +91,45 @@ def ops(as_json: JsonOpt = False) -> None:
 
 @app.command()
 def tune(
-    op: Annotated[str, typer.Argument(help="Op name, see `tilewise ops`.")],
-    shape: ShapeOpt,
+    op: Annotated[str, typer.Argument(help="Op name, see `tilewise ops`, or `replay`.")],
+    shape: Annotated[
+        str | None, typer.Option("--shape", help="Dims, e.g. M=1024,N=1024,K=1024.")
+    ] = None,
     dtype: DtypeOpt = "float32",
     target: TargetOpt = "cpu-twin",
     budget: Annotated[int, typer.Option(help="Measured evaluations.")] = 40,
     seconds: Annotated[float | None, typer.Option(help="Stop after this many seconds.")] = None,
     seed: Annotated[int | None, typer.Option(help="Sampler seed.")] = None,
+    strategy: Annotated[str, typer.Option(help="Search strategy.")] = "default",
+    space: Annotated[
+        str | None, typer.Option("--space", help="With `replay`: a recorded space (CSV).")
+    ] = None,
+    predict: Annotated[
+        bool,
+        typer.Option("--predict", help="Rank tilings with the Ascend cost model (no NPU)."),
+    ] = False,
     db: DbOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Tune OP for one shape; store and print the best tiling and its speedup."""
+    """Tune OP for one shape; store and print the best tiling and its speedup.
+
+    `tilewise tune replay --space FILE.csv` searches a recorded space instead (nothing stored).
+    """
     settings = _settings(db)
+    if op == "replay":
+        _tune_replay(space, budget=budget, seed=seed, strategy=strategy, as_json=as_json)
+        return
     try:
+        if shape is None:
+            raise InputError("--shape is required, e.g. --shape M=1024,N=1024,K=1024")
         spec, parsed, dtype, profile = _workload_inputs(op, shape, dtype, target, settings)
         if not 1 <= budget <= settings.max_budget:
             raise InputError(f"budget must be between 1 and {settings.max_budget}, got {budget}")
         if seconds is not None and seconds <= 0:
             raise InputError(f"seconds must be positive, got {seconds}")
+        if predict:
+            _tune_predict(spec, parsed, dtype, profile, top=budget, seed=seed, as_json=as_json)
+            return
         if profile.backend != "cpu-twin":
             raise InputError(
                 f"target {profile.name} needs the ascend backend, which is not available in this "
@@ -132,6 +153,7 @@ def tune(
             backend=backend,
             db=db_handle,
             settings=settings,
+            strategy=strategy,
         )
         columns = (
             TextColumn("[bold]{task.description}"),
@@ -177,6 +199,90 @@ def tune(
         f"speedup over the default tiling: [bold]{speed}[/bold]  |  {p.evaluations} evaluations, "
         f"{p.rejected_static} rejected before compiling, {p.rejected_build} after building, "
         f"{p.failed} failed, {result.seconds:.1f} s"
+    )
+
+
+def _tune_predict(
+    spec: Any, shape: Shape, dtype: str, profile: Any, *, top: int, seed: int | None, as_json: bool
+) -> None:
+    """Rank tilings by the cost model. Nothing is measured and nothing is stored."""
+    from kernels.backends._ascend.cost_model import rank
+
+    if profile.backend != "ascend":
+        raise InputError("--predict models Ascend targets; pick one, e.g. --target ascend910b1")
+    ranked = rank(spec, shape, dtype, profile, seed=seed)
+    default = spec.default_tiling(shape, dtype, profile)
+    default_us = next(p.total_us for t, p in ranked if t == default)
+    rows = [
+        {"rank": i + 1, "tiling": dict(t), **p.to_dict(), "default": t == default}
+        for i, (t, p) in enumerate(ranked[:top])
+    ]
+    result = {
+        "workload": {"op": spec.name, "target": profile.name, "dtype": dtype, "shape": dict(shape)},
+        "label": "predicted by the Ascend cost model; nothing was measured",
+        "candidates": len(ranked),
+        "default": {"tiling": dict(default), "predicted_us": round(default_us, 3)},
+        "best": rows[0],
+        "predicted_speedup": round(default_us / rows[0]["predicted_us"], 3),
+        "ranking": rows,
+    }
+    if as_json:
+        print(json.dumps(result))
+        return
+    table = Table(title=f"{spec.name} {shape} {dtype} on {profile.name} — PREDICTED, not measured")
+    for column in ("rank", "predicted us", "bound", "tiling"):
+        table.add_column(column)
+    for row in rows:
+        mark = " (default)" if row["default"] else ""
+        table.add_row(
+            str(row["rank"]),
+            f"{row['predicted_us']:.1f}",
+            str(row["bound"]),
+            json.dumps(row["tiling"]) + mark,
+        )
+    out.print(table)
+    out.print(
+        f"default tiling: {default_us:.1f} us predicted; best predicted speedup "
+        f"{result['predicted_speedup']:.2f}x over {len(ranked)} valid candidates"
+    )
+
+
+def _tune_replay(
+    space: str | None, *, budget: int, seed: int | None, strategy: str, as_json: bool
+) -> None:
+    from tuner.search._bench import search_space_of
+    from tuner.search._replay import ReplaySpace, replay_search
+    from tuner.search._strategies import make_sampler
+
+    try:
+        if space is None:
+            raise InputError("replay needs --space FILE.csv, a recorded space")
+        if budget < 1:
+            raise InputError(f"budget must be at least 1, got {budget}")
+        replay = ReplaySpace(space)
+        sampler = make_sampler(seed, strategy=strategy, space=search_space_of(replay))
+    except TilewiseError as exc:
+        _fail(str(exc))
+    run = replay_search(replay, sampler, budget=budget)
+    result = {
+        "space": space,
+        "strategy": strategy,
+        "best": {"config": run.best_config, "time_ms": run.best_ms},
+        "evaluations": replay.evaluations,
+        "infeasible": replay.infeasible,
+        "duplicates": run.duplicates,
+        "optimum_ms": replay.optimum_ms,
+        "ratio": run.best_ms / replay.optimum_ms if run.best_ms is not None else None,
+    }
+    if as_json:
+        print(json.dumps(result))
+        return
+    if run.best_ms is None:
+        _fail(f"no configuration of {space} ran successfully in {replay.evaluations} evaluations")
+    out.print(f"best {json.dumps(run.best_config)}: {run.best_ms:.4g} ms")
+    out.print(
+        f"{replay.evaluations} evaluations, {replay.infeasible} infeasible proposals; "
+        f"the recorded optimum is {replay.optimum_ms:.4g} ms (ratio {result['ratio']:.3f})"
     )
 
 
@@ -266,8 +372,10 @@ def db_upgrade(db: DbOpt = None) -> None:
 
 def _register_commands() -> None:
     # Command groups live in their own modules so each stays small; they share `app`.
-    from tuner import _cli_export, _cli_service
+    from tuner import _cli_bench, _cli_check, _cli_export, _cli_service
 
+    _cli_bench.register(app)
+    _cli_check.register(app)
     _cli_export.register(app)
     _cli_service.register(app)
 

@@ -1,5 +1,30 @@
 """Search: Optuna studies over an op's tunables, with cheap rejections before any compile."""
 
-from tuner.search._tune import Budget, Measured, Progress, Tuner, TuneResult, make_sampler
+from tuner.search._replay import ReplayResult, ReplayRun, ReplaySpace, replay_search
+from tuner.search._strategies import STRATEGIES, SearchSpace, make_sampler
+from tuner.search._surrogate import SurrogateSampler
+from tuner.search._tune import (
+    Budget,
+    JobTag,
+    Measured,
+    Progress,
+    Tuner,
+    TuneResult,
+)
 
-__all__ = ["Budget", "Measured", "Progress", "TuneResult", "Tuner", "make_sampler"]
+__all__ = [
+    "STRATEGIES",
+    "Budget",
+    "JobTag",
+    "Measured",
+    "Progress",
+    "ReplayResult",
+    "ReplayRun",
+    "ReplaySpace",
+    "SearchSpace",
+    "SurrogateSampler",
+    "TuneResult",
+    "Tuner",
+    "make_sampler",
+    "replay_search",
+]

@@ -9,9 +9,15 @@ compile nor a launch:
 4. measure — warm-up, repeats, median and spread.
 
 Every outcome is appended to the records; Optuna sees failures as constraint violations
-(``trial.set_constraint``), so TPE learns to stay away from them. The default tiling is
-measured first, a tiling already measured for the workload is never measured again, and at the
+(``trial.set_constraint``), so the sampler learns to stay away from them. The sampler is the
+strategy named in the Tuner (``tuner.search._strategies``), told which tilings pass the static
+check. The best tilings of the nearest tuned shapes of the op (warm start) and the default tiling
+are measured first, a tiling already measured for the workload is never measured again, and at the
 end the best few and the default are re-measured side by side before the winner is stored.
+
+Several tuners (workers) may share one workload's study: each re-reads the records right before
+it evaluates a tiling, and skips a proposal that another tuner is evaluating at that moment (a
+running trial of the study with the same parameters), so no tiling is measured twice.
 """
 
 from __future__ import annotations
@@ -19,18 +25,21 @@ from __future__ import annotations
 import logging
 import math
 import time
-import warnings
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
 from typing import Any
 
 import optuna
+import sqlalchemy.exc
 
 from kernels.backends import Backend, BuildLimits, BuildResult, MeasureOptions
-from kernels.ops import OpSpec
+from kernels.ops import Check, OpSpec
 from kernels.targets import TargetProfile
 from tuner import store
 from tuner.search._space import distributions, tiling_from_params
+from tuner.search._strategies import SearchSpace, make_sampler
+from tuner.search._warm import nearest_tuned_tilings
 from tuner.settings import Settings
 from tuner.types import Shape, Tiling, Workload
 
@@ -44,6 +53,15 @@ NO_TIME = math.inf
 class Budget:
     evaluations: int
     seconds: float | None = None
+
+
+@dataclass(frozen=True)
+class JobTag:
+    """The job a worker's tuner works for: its records carry ``job_id`` while ``worker_id``
+    holds the job, so the job's evaluations can be counted exactly from the records."""
+
+    job_id: int
+    worker_id: str
 
 
 @dataclass
@@ -88,6 +106,8 @@ class TuneResult:
     default: Measured | None
     progress: Progress
     seconds: float
+    #: ``should_stop`` ended the search: nothing was re-measured or stored as the winner.
+    stopped: bool = False
 
     @property
     def speedup(self) -> float | None:
@@ -107,21 +127,22 @@ class TuneResult:
             "rejected_before_compile": p.rejected_static,
             "failed": p.failed,
             "seconds": round(self.seconds, 3),
+            "stopped": self.stopped,
         }
 
 
-def make_sampler(seed: int | None) -> optuna.samplers.BaseSampler:
-    with warnings.catch_warnings():
-        # multivariate TPE and constant_liar are marked experimental; both are long-standing
-        # and the joint model matters here: tiling fields interact (baseM × baseN ...).
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return optuna.samplers.TPESampler(
-            seed=seed, multivariate=True, constant_liar=True, n_startup_trials=8
-        )
-
-
 def optuna_storage(url: str) -> optuna.storages.RDBStorage:
-    return optuna.storages.RDBStorage(url, engine_kwargs=store.optuna_engine_kwargs(url))
+    # Workers starting together on a new database race to create Optuna's tables: the loser's
+    # CREATE fails, and a second try finds the tables there.
+    attempts = 5
+    for attempt in range(attempts):
+        try:
+            return optuna.storages.RDBStorage(url, engine_kwargs=store.optuna_engine_kwargs(url))
+        except sqlalchemy.exc.SQLAlchemyError:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.2 * (attempt + 1))
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 class Tuner:
@@ -137,9 +158,12 @@ class Tuner:
         backend: Backend,
         db: store.Store,
         settings: Settings,
+        job: JobTag | None = None,
+        strategy: str = "default",
     ) -> None:
         self.spec, self.shape, self.dtype, self.target = spec, shape, dtype, target
-        self.backend, self.db, self.settings = backend, db, settings
+        self.backend, self.db, self.settings, self.job = backend, db, settings, job
+        self.strategy = strategy
         self.workload = Workload(spec.name, spec.version, target.name, dtype, shape)
         self.tunables = spec.tunables(shape, dtype, target)
         self.measure = MeasureOptions(settings.warmup, settings.repeats, settings.max_measure_s)
@@ -157,6 +181,14 @@ class Tuner:
     # -- one tiling --------------------------------------------------------------------------
     def _record(self, tiling: Tiling, outcome: Outcome, **fields: Any) -> Outcome:
         with self.db.session() as s:
+            # A job that is not held any more (reclaimed, cancelled) keeps no record of this
+            # worker's: the record still serves the study, it is not one of the job's
+            # evaluations.
+            job_id = None
+            if self.job is not None and store.holds_job(
+                s, job_id=self.job.job_id, worker_id=self.job.worker_id
+            ):
+                job_id = self.job.job_id
             row = store.add_record(
                 s,
                 workload_id=self.workload_id,
@@ -165,6 +197,7 @@ class Tuner:
                 latency_us=outcome.latency_us,
                 constraints=outcome.constraints or None,
                 env=self.env,
+                job_id=job_id,
                 **fields,
             )
         return Outcome(outcome.status, outcome.latency_us, outcome.constraints, row.id)
@@ -187,12 +220,45 @@ class Tuner:
         ]
         return len(rejected) >= variants
 
+    def static_check(self, tiling: Tiling) -> Check:
+        """The op's checks; on Ascend targets with ``ub_check=compiler`` the UB verdict is
+        bishengir-compile's on the kernel's buffer plan instead of the analytic footprint."""
+        check = self.spec.check(tiling, self.shape, self.dtype, self.target)
+        if self.target.backend != "ascend" or self.settings.ub_check != "compiler":
+            return check
+        from kernels.backends._ascend.plan_check import check_plan
+
+        verdict = check_plan(self.spec, tiling, self.shape, self.dtype, self.target)
+        reasons = [r for r in check.reasons if not r.startswith("UB overflow")]
+        constraints = dict(check.constraints)
+        if verdict.verdict == "fits":
+            constraints["ub"] = min(constraints.get("ub", 0.0), 0.0)
+        else:
+            needed = verdict.required_bytes or check.footprint.ub
+            reasons.append(f"UB {verdict.verdict} by bishengir-compile: needs {needed} B")
+            constraints["ub"] = max(constraints.get("ub", 0.0), 1e-6)
+        return replace(check, valid=not reasons, reasons=tuple(reasons), constraints=constraints)
+
     def evaluate(
         self, tiling: Tiling, *, source: str, progress: Progress, trial: int | None = None
     ) -> Outcome:
-        """Check, build, run and measure one tiling; append its record."""
+        """Check, build, run and measure one tiling; append its record.
+
+        A tiling that has a record already (another worker's, made after this tuner started)
+        is not evaluated again: that record's outcome is returned.
+        """
+        with self.db.session() as s:
+            found = store.find_record(s, workload_id=self.workload_id, tiling_key=tiling.key())
+        if found is not None:
+            progress.duplicates += 1
+            known = _outcome_of(found)
+            if known.latency_us is not None and (
+                progress.best_us is None or known.latency_us < progress.best_us
+            ):
+                progress.best_us, progress.best = known.latency_us, tiling
+            return known
         fields: dict[str, Any] = {"source": source, "trial_number": trial}
-        check = self.spec.check(tiling, self.shape, self.dtype, self.target)
+        check = self.static_check(tiling)
         if not check.valid:
             progress.rejected_static += 1
             bad = {k: v for k, v in check.constraints.items() if v > 0}
@@ -259,9 +325,15 @@ class Tuner:
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         storage = optuna_storage(self.db.url)
         try:
-            self._search(storage, budget, progress, started, seed, on_progress, should_stop)
+            stopped = self._search(
+                storage, budget, progress, started, seed, on_progress, should_stop
+            )
         finally:
             storage.engine.dispose()
+        if stopped:
+            return TuneResult(
+                self.workload, None, None, progress, time.monotonic() - started, stopped=True
+            )
         default = self.spec.default_tiling(self.shape, self.dtype, self.target)
         best, default_measured = self.finish(default)
         return TuneResult(
@@ -277,18 +349,22 @@ class Tuner:
         seed: int | None,
         on_progress: Callable[[Progress], None] | None,
         should_stop: Callable[[], bool] | None,
-    ) -> None:
+    ) -> bool:
+        """Run the trials; True if ``should_stop`` ended them."""
         study = optuna.create_study(
             study_name=self.workload.study_name,
             storage=storage,
-            sampler=make_sampler(seed),
+            sampler=make_sampler(seed, strategy=self.strategy, space=self._search_space()),
             direction="minimize",
             load_if_exists=True,
         )
         dists = distributions(self.tunables)
         default = self.spec.default_tiling(self.shape, self.dtype, self.target)
+        for tiling in self._warm_start():
+            study.enqueue_trial(dict(tiling), skip_if_exists=True)
         if default.key() not in self._seen:
-            study.enqueue_trial(dict(default))
+            # skip_if_exists: another worker on this study may have queued it already.
+            study.enqueue_trial(dict(default), skip_if_exists=True)
 
         max_proposals = 25 * budget.evaluations + 200
         proposals = consecutive_duplicates = 0
@@ -296,7 +372,7 @@ class Tuner:
             if budget.seconds is not None and time.monotonic() - started > budget.seconds:
                 break
             if should_stop is not None and should_stop():
-                break
+                return True
             if self._all_variants_rejected():
                 log.warning("every compile-time variant is rejected after its build: stopping")
                 break
@@ -312,6 +388,14 @@ class Tuner:
                     log.info("the sampler keeps proposing measured tilings: space exhausted")
                     study.tell(trial, state=optuna.trial.TrialState.FAIL)
                     break
+            elif self._running_elsewhere(study, trial):
+                # Another worker is measuring this tiling now: its record will tell.
+                progress.duplicates += 1
+                consecutive_duplicates += 1
+                study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                if on_progress is not None:
+                    on_progress(progress)
+                continue
             else:
                 consecutive_duplicates = 0
                 source = "default" if tiling == default else "search"
@@ -324,6 +408,49 @@ class Tuner:
             study.tell(trial, outcome.latency_us if outcome.latency_us is not None else NO_TIME)
             if on_progress is not None:
                 on_progress(progress)
+        return False
+
+    def _search_space(self) -> SearchSpace:
+        """The tunables, and the static check as the sampler's feasibility test."""
+
+        def feasible(params: Mapping[str, object]) -> bool:
+            tiling = tiling_from_params(dict(params))
+            return self.spec.check(tiling, self.shape, self.dtype, self.target).valid
+
+        return SearchSpace(distributions(self.tunables), feasible=feasible)
+
+    def _warm_start(self) -> list[Tiling]:
+        """The best tilings of the nearest tuned shapes that pass the check here, not measured."""
+        with self.db.session() as s:
+            tilings = nearest_tuned_tilings(
+                s, spec=self.spec, shape=self.shape, dtype=self.dtype, target=self.target
+            )
+        if self.target.backend == "ascend":
+            # On an NPU every evaluation is a compile and a launch: start from the tilings the
+            # cost model ranks fastest (a prior, measured like any other proposal).
+            from kernels.backends._ascend.cost_model import rank
+
+            ranked = rank(self.spec, self.shape, self.dtype, self.target, samples=2000, seed=0)
+            tilings += [t for t, _ in ranked[:3] if t not in tilings]
+        return [t for t in tilings if t.key() not in self._seen]
+
+    def _running_elsewhere(self, study: optuna.Study, trial: optuna.Trial) -> bool:
+        """Whether another running trial of the study has the same parameters.
+
+        A trial older than one evaluation can take is left behind by a worker that was killed
+        mid-trial: it is ignored, or its tiling would never be measured.
+        """
+        s = self.settings
+        stale = datetime.now() - timedelta(  # Optuna stores naive local times
+            seconds=s.build_timeout_s + 2 * s.run_timeout_s + s.max_measure_s
+        )
+        return any(
+            other.number != trial.number
+            and other.params == trial.params
+            and other.datetime_start is not None
+            and other.datetime_start > stale
+            for other in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+        )
 
     def finish(self, default: Tiling) -> tuple[Measured | None, Measured | None]:
         """Re-measure the best few and the default side by side; store the winner."""

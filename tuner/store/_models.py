@@ -125,6 +125,7 @@ class RecordModel(Base):
     __table_args__ = (
         Index("ix_tw_records_workload_id_status", "workload_id", "status"),
         Index("ix_tw_records_workload_id_tiling_key", "workload_id", "tiling_key"),
+        Index("ix_tw_records_job_id", "job_id"),
         CheckConstraint("(status = 'ok') = (latency_us IS NOT NULL)", name="latency_iff_ok"),
     )
 
@@ -142,6 +143,10 @@ class RecordModel(Base):
     trial_number: Mapped[int | None] = mapped_column(Integer())
     env: Mapped[dict[str, Any]] = mapped_column(json_type())
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    # The job whose worker measured it, set only while that worker held the job's lease: a
+    # job's evaluations are its records. No foreign key: adding one to SQLite rebuilds the
+    # table, and records are never deleted with their job (jobs are never deleted at all).
+    job_id: Mapped[int | None] = mapped_column(id_type())
 
 
 class TilingModel(Base):

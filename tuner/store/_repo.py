@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from sqlalchemy import and_, or_, select, update
+from sqlalchemy import func as sa_func
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -36,6 +37,8 @@ from tuner.types import Shape, Tiling, Workload
 
 #: Record source of model predictions: never "measured", never a best tiling by default.
 SOURCE_PREDICTED = "predicted"
+#: Record source of the side-by-side re-measures at the end of a run: not an evaluation.
+SOURCE_REMEASURE = "remeasure"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -80,6 +83,7 @@ class RecordRow:
     trial_number: int | None
     env: Mapping[str, Any]
     created_at: datetime
+    job_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -156,6 +160,7 @@ def _record_row(m: RecordModel) -> RecordRow:
         trial_number=m.trial_number,
         env=m.env,
         created_at=m.created_at,
+        job_id=m.job_id,
     )
 
 
@@ -280,11 +285,14 @@ def add_record(
     source: str,
     trial_number: int | None = None,
     env: Mapping[str, Any],
+    job_id: int | None = None,
 ) -> RecordRow:
     """Append one record.
 
     ``latency_us`` (the median, µs) is required for ``ok`` records and refused for the others;
-    ``spread`` is relative, ``(p75 - p25) / median``, and likewise only for ``ok``.
+    ``spread`` is relative, ``(p75 - p25) / median``, and likewise only for ``ok``. ``job_id``
+    names the job whose worker measured it; set it only while holding that job
+    (:func:`holds_job` in the same transaction), so that :func:`job_evaluations` is exact.
 
     Raises:
         InputError: unknown status, or latency/spread given for a non-ok record or missing for
@@ -310,6 +318,7 @@ def add_record(
         trial_number=trial_number,
         env=dict(env),
         created_at=utcnow(),
+        job_id=job_id,
     )
     session.add(model)
     session.flush()
@@ -516,11 +525,17 @@ def _claimable(now: datetime) -> Any:
 
 
 def claim_job(
-    session: Session, *, worker_id: str, lease_seconds: float, now: datetime | None = None
+    session: Session,
+    *,
+    worker_id: str,
+    lease_seconds: float,
+    targets: Collection[str] | None = None,
+    now: datetime | None = None,
 ) -> JobRow | None:
     """Take the oldest claimable job for ``worker_id``, or None if there is none.
 
-    Claimable: queued, or running with an expired lease (its worker died: the job goes back).
+    Claimable: queued, or running with an expired lease (its worker died: the job goes back);
+    with ``targets``, only jobs whose workload's target is one of them.
     The job becomes ``running``, held by ``worker_id`` until ``now + lease_seconds``; the
     worker must ``renew_lease`` before then.
 
@@ -534,11 +549,16 @@ def claim_job(
         raise InputError(f"lease_seconds must be > 0, got {lease_seconds}")
     now = now or utcnow()
     lease_until = now + timedelta(seconds=lease_seconds)
+    query = select(JobModel.id).where(_claimable(now))
+    if targets is not None:
+        query = query.where(
+            JobModel.workload_id.in_(
+                select(WorkloadModel.id).where(WorkloadModel.target.in_(list(targets)))
+            )
+        )
     for _ in range(8):  # only engines without row locks ever lose a race and loop
         candidate = session.scalars(
-            select(JobModel.id)
-            .where(_claimable(now))
-            .order_by(JobModel.created_at, JobModel.id)
+            query.order_by(JobModel.created_at, JobModel.id)
             .limit(1)
             .with_for_update(skip_locked=True)
         ).first()
@@ -658,6 +678,58 @@ def finish_job(
     if _rowcount(result) != 1:
         return None
     return get_job(session, job_id=job_id)
+
+
+def release_job(
+    session: Session,
+    *,
+    job_id: int,
+    worker_id: str,
+    evaluations: int | None = None,
+    best_latency_us: float | None = None,
+) -> bool:
+    """Hand a running job back to the queue (a worker shutting down before its budget is
+    spent): ``queued``, no worker, no lease, so the next claim resumes it at once. False if
+    ``worker_id`` did not hold it (then nothing changes). None values leave progress as is."""
+    values: dict[str, Any] = {"status": JobStatus.QUEUED, "worker_id": None, "lease_until": None}
+    if evaluations is not None:
+        values["evaluations"] = evaluations
+    if best_latency_us is not None:
+        values["best_latency_us"] = best_latency_us
+    result = session.execute(
+        update(JobModel)
+        .where(_held(job_id, worker_id))
+        .values(**values)
+        .execution_options(synchronize_session=False)
+    )
+    return _rowcount(result) == 1
+
+
+def holds_job(session: Session, *, job_id: int, worker_id: str) -> bool:
+    """Whether ``worker_id`` holds the job (running, not cancelled, not reclaimed), keeping it
+    so until this transaction ends: the row is locked (``FOR UPDATE``; SQLite's transactions
+    hold the write lock anyway). A claim skips the locked row and a cancellation waits, so a
+    record added in the same transaction with ``job_id`` is counted by whoever holds the job
+    next."""
+    found = session.scalars(
+        select(JobModel.id).where(_held(job_id, worker_id)).with_for_update()
+    ).first()
+    return found is not None
+
+
+def job_evaluations(session: Session, *, job_id: int) -> int:
+    """The evaluations a job has spent: its records that cost a build and a launch (not the
+    ones rejected before, not re-measures)."""
+    query = (
+        select(sa_func.count())
+        .select_from(RecordModel)
+        .where(
+            RecordModel.job_id == job_id,
+            RecordModel.status != RecordStatus.INFEASIBLE,
+            RecordModel.source != SOURCE_REMEASURE,
+        )
+    )
+    return int(session.scalar(query) or 0)
 
 
 def cancel_job(session: Session, *, job_id: int, now: datetime | None = None) -> JobRow | None:

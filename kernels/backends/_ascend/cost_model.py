@@ -77,3 +77,27 @@ def predict(
         waves=waves,
         bound=slowest,
     )
+
+
+def rank(
+    spec: OpSpec,
+    shape: Shape,
+    dtype: str,
+    target: TargetProfile,
+    *,
+    samples: int = 4000,
+    seed: int | None = None,
+) -> list[tuple[Tiling, Prediction]]:
+    """Valid tilings (the default and up to ``samples`` random draws), fastest predicted first."""
+    import random
+
+    rng = random.Random(seed)
+    tunables = spec.tunables(shape, dtype, target)
+    candidates = {spec.default_tiling(shape, dtype, target)}
+    for _ in range(samples):
+        tiling = Tiling({t.name: rng.choice(t.values) for t in tunables})
+        if tiling not in candidates and spec.check(tiling, shape, dtype, target).valid:
+            candidates.add(tiling)
+    ranked = [(t, predict(spec, t, shape, dtype, target)) for t in candidates]
+    ranked.sort(key=lambda pair: (pair[1].total_us, pair[0].key()))
+    return ranked

@@ -116,7 +116,9 @@ class ScaleReluDropout(OpSpec):
         # The textbook choice: double buffering, as many vector cores as have work (from the
         # searched domain, so the default is a point of the space), the largest power-of-two
         # tile that fits UB.
-        domain = next(t for t in self.runtime_tunables(shape, dtype, target) if t.name == "blockDim")
+        domain = next(
+            t for t in self.runtime_tunables(shape, dtype, target) if t.name == "blockDim"
+        )
         blocks = max(
             b
             for b in domain.values

@@ -148,3 +148,23 @@ def test_spilling_variants_are_rejected_after_the_build(settings: Settings) -> N
         rejected = store.records_for(s, workload_id=tuner.workload_id, status="infeasible")
     assert any("spills in loops" in (r.error or "") for r in rejected)
     db.close()
+
+
+def test_compiler_ub_check_on_ascend_targets(settings: Settings) -> None:
+    pytest.importorskip("ascendnpuir")
+    from kernels.targets import get_target
+
+    strict = settings.model_copy(update={"ub_check": "compiler"})
+    db = store.open_store(strict.db_url)
+    tuner = Tuner(spec=get_op("scale_relu_dropout"), shape=Shape({"N": 1 << 20}), dtype="float32",
+                  target=get_target("ascend910b1"), backend=CountingBackend(), db=db, settings=strict)  # fmt: skip
+    fits = Tiling({"tileLength": 6144, "blockDim": 8, "bufferNum": 2})
+    over = fits.replace(tileLength=12288)
+    assert tuner.static_check(fits).valid
+    verdict = tuner.static_check(over)
+    assert not verdict.valid
+    assert any("by bishengir-compile" in r for r in verdict.reasons)
+    assert not any(
+        r.startswith("UB overflow: needs") for r in verdict.reasons
+    )  # the compiler's word
+    db.close()

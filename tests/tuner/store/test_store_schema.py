@@ -171,14 +171,14 @@ def test_old_revision_is_refused_with_the_upgrade_command(
     db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     migrate(db_url)
-    # The code moves on to a revision 0002 that this database has not seen.
+    # The code moves on to a revision 9001 that this database has not seen.
     current = head_revision()
-    monkeypatch.setattr(_engine, "head_revision", lambda: "0002")
-    monkeypatch.setattr(_engine, "known_revisions", lambda: frozenset({current, "0002"}))
+    monkeypatch.setattr(_engine, "head_revision", lambda: "9001")
+    monkeypatch.setattr(_engine, "known_revisions", lambda: frozenset({current, "9001"}))
     with pytest.raises(SchemaError) as caught:
         open_store(db_url)
     message = str(caught.value)
-    assert f"database at revision {current}, code needs 0002" in message
+    assert f"database at revision {current}, code needs 9001" in message
     assert f"run `tilewise db upgrade --db {safe_url(db_url)}`" in message
 
 

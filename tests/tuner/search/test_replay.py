@@ -1,0 +1,187 @@
+"""The replay target: recorded times through evaluations only, restrictions as constraints."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tuner.errors import InputError
+from tuner.search import ReplaySpace, make_sampler, replay_search
+
+ROWS = """a,b,const,time_ms
+1,10,7,5.0
+1,20,7,3.0
+2,10,7,inf
+2,20,7,1.0
+4,20,7,2.0
+"""
+
+
+@pytest.fixture
+def space_file(tmp_path: Path) -> Path:
+    path = tmp_path / "tiny.csv"
+    path.write_text(ROWS)
+    return path
+
+
+def test_tunables_are_the_distinct_values_of_each_column(space_file: Path) -> None:
+    space = ReplaySpace(space_file)
+    assert space.names == ("a", "b", "const")
+    assert space.values == {"a": (1, 2, 4), "b": (10, 20), "const": (7,)}
+    assert (space.configs, space.valid) == (5, 4)
+    assert space.candidates()[0] == {"a": 1, "b": 10, "const": 7}
+    assert all("time_ms" not in c for c in space.candidates())
+
+
+def test_absent_is_infeasible_without_an_evaluation(space_file: Path) -> None:
+    space = ReplaySpace(space_file)
+    absent = {"a": 4, "b": 10, "const": 7}
+    assert not space.feasible(absent)
+    result = space.evaluate(absent)
+    assert result.status == "infeasible" and result.time_ms is None
+    assert result.constraints == {"restrictions": 1.0}
+    assert (space.evaluations, space.infeasible) == (0, 1)
+
+
+def test_inf_is_a_failed_evaluation_and_times_are_returned(space_file: Path) -> None:
+    space = ReplaySpace(space_file)
+    failed = space.evaluate({"a": 2, "b": 10, "const": 7})
+    assert failed.status == "failed" and failed.time_ms is None and failed.constraints
+    ok = space.evaluate({"a": 2, "b": 20, "const": 7})
+    assert ok.status == "ok" and ok.time_ms == 1.0 and not ok.constraints
+    assert (space.evaluations, space.infeasible) == (2, 0)
+    assert space.optimum_ms == 1.0 and space.within(0.05) == 1
+
+
+def test_bad_files_are_input_errors(tmp_path: Path) -> None:
+    (tmp_path / "nohead.csv").write_text("a,b\n1,2\n")
+    with pytest.raises(InputError, match="time_ms"):
+        ReplaySpace(tmp_path / "nohead.csv")
+    with pytest.raises(InputError, match="cannot read"):
+        ReplaySpace(tmp_path / "missing.csv")
+    (tmp_path / "ragged.csv").write_text("a,time_ms\n1,2,3\n")
+    with pytest.raises(InputError, match=":2"):
+        ReplaySpace(tmp_path / "ragged.csv")
+
+
+@pytest.mark.parametrize("strategy", ["random", "tpe", "default"])
+def test_search_counts_evaluations_once_each(space_file: Path, strategy: str) -> None:
+    space = ReplaySpace(space_file)
+    run = replay_search(space, make_sampler(0, strategy=strategy), budget=4)
+    assert space.evaluations == 4 == len(run.best_after)
+    assert run.best_after == sorted(run.best_after, reverse=True)
+    assert run.best_ms is not None and run.best_ms == run.best_after[-1]
+    # A budget above the space ends when every configuration was evaluated once.
+    space = ReplaySpace(space_file)
+    run = replay_search(space, make_sampler(1, strategy=strategy), budget=50)
+    assert space.evaluations == 5 and run.best_ms == 1.0
+    assert run.evaluations_to(1.0) is not None and run.evaluations_to(0.5) is None
+
+
+def _tilewise(*args: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, HOME=str(tmp_path), XDG_DATA_HOME=str(tmp_path / "data"))
+    cmd = [sys.executable, "-m", "tuner.cli", *args]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_tune_replay_json(space_file: Path, tmp_path: Path) -> None:
+    done = _tilewise(
+        "tune",
+        "replay",
+        "--space",
+        str(space_file),
+        "--budget",
+        "3",
+        "--seed",
+        "2",
+        "--json",
+        tmp_path=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["evaluations"] == 3 and result["optimum_ms"] == 1.0
+    assert set(result["best"]["config"]) == {"a", "b", "const"}
+    assert result["best"]["time_ms"] >= 1.0
+    assert not (tmp_path / "data").exists()  # nothing stored
+
+
+def test_tune_replay_needs_a_space(tmp_path: Path) -> None:
+    done = _tilewise("tune", "replay", "--budget", "3", tmp_path=tmp_path)
+    assert done.returncode == 2 and done.stderr.startswith("error: replay needs --space")
+
+
+def test_bench_search_json_schema(space_file: Path, tmp_path: Path) -> None:
+    plot = tmp_path / "curve.png"
+    done = _tilewise(
+        "bench",
+        "search",
+        "--space",
+        str(space_file),
+        "--strategy",
+        "random",
+        "--strategy",
+        "default",
+        "--budget",
+        "30",
+        "--seeds",
+        "3",
+        "--plot",
+        str(plot),
+        "--json",
+        tmp_path=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["space"] == str(space_file)
+    assert (report["configs"], report["valid"], report["optimum_ms"]) == (5, 4, 1.0)
+    assert set(report["strategies"]) == {"random", "default"}
+    for entry in report["strategies"].values():
+        for key in ("evals_to_5pct", "evals_to_1pct"):
+            q = entry[key]
+            assert set(q) == {"median", "q1", "q3", "missed"}
+            # Five configurations: every run finds the optimum within the budget.
+            assert q["missed"] == 0 and 1 <= q["q1"] <= q["median"] <= q["q3"] <= 5
+        assert set(entry["ratio_at"]) == {"25"} and entry["ratio_at"]["25"] == 1.0
+    assert plot.stat().st_size > 0
+
+
+def test_bench_search_missed_runs_count_as_budget_plus_one(tmp_path: Path) -> None:
+    path = tmp_path / "wide.csv"
+    path.write_text("x,time_ms\n" + "".join(f"{i},{2.0 + i}\n" for i in range(200)))
+    done = _tilewise(
+        "bench",
+        "search",
+        "--space",
+        str(path),
+        "--strategy",
+        "random",
+        "--budget",
+        "2",
+        "--seeds",
+        "4",
+        "--json",
+        tmp_path=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    q = json.loads(done.stdout)["strategies"]["random"]["evals_to_1pct"]
+    assert q["missed"] >= 3 and q["median"] == 3 and q["q3"] == 3
+    assert math.isfinite(q["q1"])
+
+
+def test_bench_unknown_strategy(space_file: Path, tmp_path: Path) -> None:
+    done = _tilewise(
+        "bench",
+        "search",
+        "--space",
+        str(space_file),
+        "--strategy",
+        "annealing",
+        tmp_path=tmp_path,
+    )
+    assert done.returncode == 2 and "unknown strategy 'annealing'" in done.stderr

@@ -1,0 +1,163 @@
+"""Strategies: the registry, the default sampler's behaviour, and the Tuner's warm start."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import optuna
+import pytest
+
+from kernels.backends import Backend, BuildResult, MeasureOptions, RunResult
+from kernels.ops import OpSpec, get_op
+from kernels.targets import TargetProfile, twin_target
+from tuner import store
+from tuner.errors import ConfigError, InputError
+from tuner.search import STRATEGIES, Budget, ReplaySpace, Tuner, make_sampler, replay_search
+from tuner.search._bench import search_space_of
+from tuner.search._warm import nearest_tuned_tilings, shape_distance
+from tuner.settings import Settings
+from tuner.types import Shape, Tiling
+
+
+@pytest.mark.parametrize("name", sorted(STRATEGIES))
+def test_every_strategy_is_a_sampler_or_says_what_to_install(name: str) -> None:
+    try:
+        sampler = make_sampler(0, strategy=name)
+    except ConfigError as exc:
+        assert "pip install" in str(exc)
+        return
+    assert isinstance(sampler, optuna.samplers.BaseSampler)
+
+
+def test_unknown_strategy() -> None:
+    with pytest.raises(InputError, match="unknown strategy 'annealing'; known: default"):
+        make_sampler(0, strategy="annealing")
+
+
+def synthetic_space(path: Path) -> ReplaySpace:
+    """A tiling-like space: restricted (x*y <= 256), failures for one corner, one optimum."""
+    lines = ["x,y,z,v,time_ms"]
+    for x, y, z, v in itertools.product(
+        (1, 2, 4, 8, 16, 32), (1, 2, 4, 8, 16, 32), (0, 1), (1, 2, 4)
+    ):
+        if x * y > 256:
+            continue
+        if x == 32 and y >= 4:
+            t = math.inf
+        else:
+            t = 1.0 + (math.log2(x) - 3) ** 2 + 0.5 * (math.log2(x * y) - 5) ** 2 + 0.3 * z
+            t += 0.2 * abs(math.log2(v) - 1) + 0.05 * ((x + 3 * y + v) % 5)
+        lines.append(f"{x},{y},{z},{v},{t}")
+    path.write_text("\n".join(lines) + "\n")
+    return ReplaySpace(path)
+
+
+def test_default_proposes_only_feasible_configurations(tmp_path: Path) -> None:
+    space = synthetic_space(tmp_path / "s.csv")
+    run = replay_search(
+        space, make_sampler(3, strategy="default", space=search_space_of(space)), budget=30
+    )
+    assert space.infeasible == 0 and space.evaluations == 30 and run.duplicates == 0
+
+
+def test_default_reaches_the_optimum_faster_than_random(tmp_path: Path) -> None:
+    space = synthetic_space(tmp_path / "s.csv")
+    budget, bound = 60, space.optimum_ms * 1.01
+    assert space.within(0.01) <= 2 < space.configs // 50
+
+    def evals_to_optimum(strategy: str, seed: int) -> int:
+        sampler = make_sampler(seed, strategy=strategy, space=search_space_of(space))
+        run = replay_search(space, sampler, budget=budget)
+        return run.evaluations_to(bound) or budget + 1
+
+    default = [evals_to_optimum("default", seed) for seed in range(3)]
+    random = [evals_to_optimum("random", seed) for seed in range(3)]
+    assert np.mean(default) < np.mean(random), (default, random)
+    assert max(default) <= budget
+
+
+# -- warm start in the Tuner ----------------------------------------------------------------
+
+
+class LatencyBackend(Backend):
+    """Latency is a fixed function of the tiling: best at tileLength 8192 and many blocks."""
+
+    name = "latency"
+
+    def __init__(self) -> None:
+        self.runs: list[str] = []
+
+    def build(self, spec: OpSpec, defines: dict[str, str]) -> BuildResult:
+        key = repr(sorted(defines.items()))
+        return BuildResult(
+            ok=True, key=key, artifact=Path("/nonexistent"), spills=0, stack_bytes=64
+        )
+
+    def run(
+        self,
+        build: BuildResult,
+        spec: OpSpec,
+        *,
+        shape: Shape,
+        dtype: str,
+        target: TargetProfile,
+        tiling: Tiling,
+        check: bool,
+        measure: MeasureOptions,
+    ) -> RunResult:
+        if check:
+            self.runs.append(tiling.key())
+        latency = 1000.0 / tiling["blockDim"] + abs(tiling["tileLength"] - 8192) / 100
+        return RunResult("ok", (latency, latency, latency))
+
+
+def make_tuner(db: store.Store, backend: Backend, settings: Settings, n: int) -> Tuner:
+    return Tuner(
+        spec=get_op("scale_relu_dropout"),
+        shape=Shape({"N": n}),
+        dtype="float32",
+        target=twin_target(),
+        backend=backend,
+        db=db,
+        settings=settings,
+    )
+
+
+def test_shape_distance() -> None:
+    assert shape_distance(Shape({"N": 1024}), Shape({"N": 4096})) == 2
+    assert shape_distance(Shape({"N": 1}), Shape({"M": 1})) == math.inf
+
+
+def test_warm_start_measures_the_nearest_tuned_tilings_first(tmp_path: Path) -> None:
+    settings = Settings(
+        db_url=f"sqlite:///{tmp_path / 'db' / 'tw.db'}", cache_dir=tmp_path / "c", remeasure_top=1
+    )
+    db = store.open_store(settings.db_url)
+    far, near = LatencyBackend(), LatencyBackend()
+    far_result = make_tuner(db, far, settings, 1 << 15).run(Budget(6), seed=0)
+    near_result = make_tuner(db, near, settings, 1 << 17).run(Budget(6), seed=1)
+    assert far_result.best is not None and near_result.best is not None
+
+    new = make_tuner(db, LatencyBackend(), settings, 1 << 18)
+    with db.session() as s:
+        warm = nearest_tuned_tilings(
+            s, spec=new.spec, shape=new.shape, dtype="float32", target=new.target
+        )
+    # The nearest shape's winner comes first; every suggestion passes the check here.
+    assert warm[0] == near_result.best.tiling
+    assert all(new.spec.check(t, new.shape, "float32", new.target).valid for t in warm)
+    default = new.spec.default_tiling(new.shape, "float32", new.target)
+    expected = [t.key() for t in warm if t != default]
+    assert expected
+
+    backend = LatencyBackend()
+    make_tuner(db, backend, settings, 1 << 18).run(Budget(8), seed=2)
+    first = backend.runs[: len(expected) + 1]
+    assert first[: len(expected)] == expected
+    assert first[len(expected)] == default.key() or default.key() in expected
+    assert Counter(backend.runs).most_common(1)[0][1] == 1  # nothing measured twice
+    db.close()

@@ -1,0 +1,81 @@
+"""`tilewise check` and `tilewise tune --predict`: the parts of the Ascend side that run here."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from tests_support import tilewise
+
+from kernels.ops import get_op
+from kernels.targets import get_target
+from tuner.types import Shape
+
+SHAPE = "M=1024,N=1024,K=1024"
+
+
+def default_json(dtype: str = "float32") -> str:
+    spec, target = get_op("linear_add_gelu"), get_target("ascend910b1")
+    return json.dumps(dict(spec.default_tiling(Shape.parse(SHAPE), dtype, target)))
+
+
+def test_check_valid_tiling_with_compiler(tmp_path: Path) -> None:
+    pytest.importorskip("ascendnpuir")
+    done = tilewise("check", "linear_add_gelu", "--shape", SHAPE, "--target", "ascend910b1",
+                    "--tiling", default_json(), "--compiler", "--predict", "--json", tmp_path=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["valid"] is True and out["reasons"] == []
+    assert set(out["footprint"]) == {"ub", "l1", "l0a", "l0b", "l0c", "bt"}
+    assert out["footprint"]["ub"] <= out["limits"]["ub"]
+    assert out["compiler"]["verdict"] == "fits"
+    assert out["predicted"]["label"] == "predicted" and out["predicted"]["predicted_us"] > 0
+
+
+def test_check_invalid_tiling_exits_1_with_reasons(tmp_path: Path) -> None:
+    tiling = json.loads(default_json())
+    tiling.update(baseN=256, baseK=64, epiRows=128)
+    done = tilewise("check", "linear_add_gelu", "--shape", SHAPE, "--target", "ascend910b1",
+                    "--tiling", json.dumps(tiling), "--json", tmp_path=tmp_path)  # fmt: skip
+    assert done.returncode == 1
+    out = json.loads(done.stdout)
+    assert not out["valid"] and any(r.startswith("L0B overflow") for r in out["reasons"])
+
+
+@pytest.mark.parametrize(
+    ("tiling", "message"),
+    [
+        ('{"baseM": 128', "not JSON"),
+        ("[1, 2]", "JSON object"),
+        ('{"baseM": "x"}', "baseM must be an integer"),
+        ('{"baseM": 1e30}', "baseM must be an integer"),
+        ('{"baseM": 99999999999}', "out of range"),
+        ('{"baseM": 128}', "missing"),
+    ],
+)
+def test_check_bad_tiling_is_exit_2(tiling: str, message: str, tmp_path: Path) -> None:
+    done = tilewise(
+        "check", "linear_add_gelu", "--shape", SHAPE, "--tiling", tiling, tmp_path=tmp_path
+    )
+    assert done.returncode == 2 and message in done.stderr and done.stderr.count("\n") == 1
+
+
+def test_predict_ranks_without_measuring_or_writing(tmp_path: Path) -> None:
+    db = tmp_path / "never.db"
+    done = tilewise("tune", "linear_add_gelu", "--shape", SHAPE, "--target", "ascend910b1",
+                    "--dtype", "float16", "--predict", "--budget", "5", "--seed", "3", "--json",
+                    tmp_path=tmp_path, db=f"sqlite:///{db}")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert "predicted" in out["label"] and "nothing was measured" in out["label"]
+    times = [row["predicted_us"] for row in out["ranking"]]
+    assert len(times) == 5 and times == sorted(times)
+    assert all(row["label"] == "predicted" for row in out["ranking"])
+    assert out["best"]["predicted_us"] <= out["default"]["predicted_us"]
+    assert not db.exists()
+
+
+def test_predict_refuses_the_twin(tmp_path: Path) -> None:
+    done = tilewise("tune", "linear_add_gelu", "--shape", SHAPE, "--predict", tmp_path=tmp_path)
+    assert done.returncode == 2 and "models Ascend targets" in done.stderr

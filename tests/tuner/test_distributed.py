@@ -1,0 +1,110 @@
+"""Distributed mode: worker processes sharing one PostgreSQL database, nothing else."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from kernels.ops import get_op
+from tuner import store
+from tuner.store import JobStatus
+from tuner.types import Shape, Workload
+
+OP = "scale_relu_dropout"
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = [pytest.mark.slow, pytest.mark.postgres]
+
+
+@pytest.fixture(scope="session")
+def twin_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The build cache the worker tests share (same directory as in test_worker.py)."""
+    return tmp_path_factory.getbasetemp() / "twin-build-cache"
+
+
+def _workers(url: str, twin_cache: Path, count: int) -> list[subprocess.CompletedProcess[str]]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TILEWISE_")}
+    env.update(
+        TILEWISE_CACHE_DIR=str(twin_cache),
+        TILEWISE_REPEATS="3",
+        TILEWISE_HEARTBEAT_S="0.5",
+        TILEWISE_POLL_S="0.2",
+        TILEWISE_DB_URL=url,
+    )
+    cmd = [sys.executable, "-m", "tuner.cli", "worker", "--exit-when-idle"]
+    procs = [
+        subprocess.Popen(
+            [*cmd, "--device", str(i)], env=env, cwd=ROOT, stderr=subprocess.PIPE, text=True
+        )
+        for i in range(count)
+    ]
+    done = []
+    try:
+        for proc in procs:
+            _, stderr = proc.communicate(timeout=300)
+            done.append(subprocess.CompletedProcess(proc.args, proc.returncode, "", stderr))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return done
+
+
+def _queue(db: store.Store, n: int, budget: int, *, jobs: int = 1) -> list[store.JobRow]:
+    spec = get_op(OP)
+    workload = Workload(OP, spec.version, "cpu-twin", "float32", Shape({"N": n}))
+    with db.session() as s:
+        row = store.commit_workload(s, workload)
+        return [
+            store.create_job(s, workload_id=row.id, budget_evals=budget, force=True)
+            for _ in range(jobs)
+        ]
+
+
+def test_two_workers_tune_two_workloads_on_postgres(pg_url: str, twin_cache: Path) -> None:
+    db = store.open_store(pg_url)
+    try:
+        jobs = _queue(db, 3072, 3) + _queue(db, 6144, 3)
+        for done in _workers(pg_url, twin_cache, 2):
+            assert done.returncode == 0, done.stderr
+        with db.session() as s:
+            finished = [store.get_job(s, job_id=j.id) for j in jobs]
+            tilings = store.best_tilings(s, op=OP)
+            records = {j.id: store.records_for(s, workload_id=j.workload_id) for j in jobs}
+            spent = {j.id: store.job_evaluations(s, job_id=j.id) for j in jobs}
+    finally:
+        db.close()
+    for job in finished:
+        assert job is not None and job.status is JobStatus.SUCCEEDED, job
+        assert job.evaluations == spent[job.id] == 3
+    assert sorted(w.id for w, _ in tilings) == sorted(j.workload_id for j in jobs)
+    for rows in records.values():
+        keys = [r.tiling_key for r in rows if r.source != store.SOURCE_REMEASURE]
+        assert len(keys) == len(set(keys)), Counter(keys).most_common(3)
+
+
+def test_two_workers_on_one_study_never_measure_a_tiling_twice(
+    pg_url: str, twin_cache: Path
+) -> None:
+    """Two jobs of one workload (a forced re-tune while one runs) share its study."""
+    db = store.open_store(pg_url)
+    try:
+        jobs = _queue(db, 6144, 6, jobs=2)
+        for done in _workers(pg_url, twin_cache, 2):
+            assert done.returncode == 0, done.stderr
+        with db.session() as s:
+            finished = [store.get_job(s, job_id=j.id) for j in jobs]
+            records = store.records_for(s, workload_id=jobs[0].workload_id)
+            spent = [store.job_evaluations(s, job_id=j.id) for j in jobs]
+    finally:
+        db.close()
+    assert all(j is not None and j.status is JobStatus.SUCCEEDED for j in finished), finished
+    assert spent == [6, 6]
+    keys = [r.tiling_key for r in records if r.source != store.SOURCE_REMEASURE]
+    assert len(keys) == len(set(keys)), Counter(keys).most_common(3)

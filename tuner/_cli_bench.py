@@ -1,0 +1,110 @@
+"""``tilewise bench``: benchmarks of the search strategies on recorded spaces."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+DEFAULT_STRATEGIES = ("random", "tpe", "default")
+
+
+def register(app: typer.Typer) -> None:
+    bench_app = typer.Typer(help="Benchmarks of tilewise's search.", no_args_is_help=True)
+    app.add_typer(bench_app, name="bench")
+    bench_app.command("search")(search)
+
+
+def search(
+    space: Annotated[Path, typer.Option("--space", help="A recorded space (CSV).")],
+    strategy: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--strategy", help="Strategy to run (repeatable); default: random, tpe, default."
+        ),
+    ] = None,
+    budget: Annotated[int, typer.Option(help="Evaluations per run.")] = 200,
+    seeds: Annotated[int, typer.Option(help="Runs per strategy (seeds 0..N-1).")] = 10,
+    warm_from: Annotated[
+        Path | None,
+        typer.Option(
+            "--warm-from",
+            help="Another recorded space of the op (a tuned shape): also run each strategy "
+            "warm-started from its best configurations, as NAME+warm.",
+        ),
+    ] = None,
+    plot: Annotated[
+        Path | None, typer.Option("--plot", help="Draw best-so-far ratio against evaluations.")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Run each strategy --seeds times on a recorded space; report how fast each gets close."""
+    from tuner.cli import _fail, err, out
+    from tuner.errors import InputError, TilewiseError
+    from tuner.search import _bench
+    from tuner.search._replay import ReplaySpace
+    from tuner.search._strategies import make_sampler
+
+    names = list(strategy or DEFAULT_STRATEGIES)
+    try:
+        if budget < 1 or seeds < 1:
+            raise InputError(f"budget and seeds must be at least 1, got {budget} and {seeds}")
+        for name in names:
+            make_sampler(0, strategy=name)  # unknown names and missing toolkits fail up front
+        replay = ReplaySpace(space)
+        warm = _bench.warm_configs(replay, ReplaySpace(warm_from)) if warm_from is not None else []
+    except TilewiseError as exc:
+        _fail(str(exc))
+
+    def show(label: str, seed: int) -> None:
+        err.print(f"  {label} seed {seed} done", highlight=False)
+
+    results = _bench.run_strategies(
+        replay, strategies=names, budget=budget, seeds=seeds, warm_start=warm, on_run=show
+    )
+    report = _bench.summarize(replay, results, budget=budget)
+    if warm_from is not None:
+        report["warm_from"] = str(warm_from)
+        report["warm_configs"] = warm
+    if plot is not None:
+        _bench.plot(replay, results, budget=budget, path=plot)
+    if as_json:
+        print(json.dumps(report))
+        return
+    out.print(_table(report))
+
+
+def _table(report: dict[str, Any]) -> Table:
+    table = Table(
+        title=f"{report['space']}: {report['configs']} configs, {report['valid']} valid, "
+        f"optimum {report['optimum_ms']:.4g} ms, budget {report['budget']}, "
+        f"{report['seeds']} seeds"
+    )
+    table.add_column("strategy")
+    table.add_column("evals to 5%: median [q1, q3] missed", justify="right")
+    table.add_column("evals to 1%", justify="right")
+    entries = list(report["strategies"].values())
+    checkpoints = list(entries[0]["ratio_at"]) if entries else []
+    for n in checkpoints:
+        table.add_column(f"ratio @{n}", justify="right")
+    table.add_column("s", justify="right")
+
+    def evals(q: dict[str, float]) -> str:
+        return f"{q['median']:g} [{q['q1']:g}, {q['q3']:g}] {q['missed']}"
+
+    for name, entry in report["strategies"].items():
+        ratios = [
+            "-" if entry["ratio_at"][n] is None else f"{entry['ratio_at'][n]:.3f}"
+            for n in checkpoints
+        ]
+        table.add_row(
+            name,
+            evals(entry["evals_to_5pct"]),
+            evals(entry["evals_to_1pct"]),
+            *ratios,
+            f"{entry['seconds']:g}",
+        )
+    return table

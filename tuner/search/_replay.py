@@ -1,0 +1,233 @@
+"""The ``replay`` target: a recorded tuning space played back as if it were a device.
+
+A recorded space is a CSV with one column per tunable (constant columns kept) and then
+``time_ms``; ``inf`` marks a configuration that passed the kernel's restrictions but failed to
+compile or run. Every configuration allowed by the restrictions is a row, so:
+
+* a configuration in the file costs one evaluation and returns its recorded time, or fails
+  (``inf``) — a failure costs an evaluation too, like a failed compile;
+* a configuration absent from the file breaks the restrictions: it is infeasible, rejected
+  without an evaluation, and reported as a constraint.
+
+The times are visible only through :meth:`ReplaySpace.evaluate`, which counts the evaluations
+itself; :attr:`ReplaySpace.optimum_ms` gives the answer away and is meant for reports after a
+run. :func:`replay_search` drives one Optuna sampler against a space the way the Tuner drives a
+backend (ask, reject or evaluate, tell with constraints; a configuration is never evaluated
+twice).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import optuna
+from optuna.distributions import BaseDistribution, CategoricalDistribution
+
+from tuner.errors import InputError
+
+TIME_COLUMN = "time_ms"
+
+Value = int | float | str
+Config = tuple[Value, ...]
+
+
+def _parse_value(text: str) -> Value:
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            continue
+    return text
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    """What one evaluation (or rejection) of a configuration returned."""
+
+    status: Literal["ok", "failed", "infeasible"]
+    time_ms: float | None = None
+
+    @property
+    def constraints(self) -> dict[str, float]:
+        # Optuna's sense: > 0 violated.
+        return {"ok": {}, "failed": {"failed": 1.0}, "infeasible": {"restrictions": 1.0}}[
+            self.status
+        ]
+
+
+class ReplaySpace:
+    """A recorded space loaded from CSV; see the module docstring."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        try:
+            with self.path.open(newline="") as f:
+                rows = list(csv.reader(f))
+        except OSError as exc:
+            raise InputError(f"replay: cannot read {self.path}: {exc.strerror}") from exc
+        if not rows or rows[0][-1:] != [TIME_COLUMN] or len(rows[0]) < 2:
+            raise InputError(
+                f"replay: {self.path} must have a header of tunables then {TIME_COLUMN!r}"
+            )
+        self.names: tuple[str, ...] = tuple(rows[0][:-1])
+        self._times: dict[Config, float] = {}
+        for line, row in enumerate(rows[1:], start=2):
+            if len(row) != len(self.names) + 1:
+                raise InputError(f"replay: {self.path}:{line} has {len(row)} fields")
+            config = tuple(_parse_value(v) for v in row[:-1])
+            try:
+                self._times[config] = float(row[-1])
+            except ValueError:
+                raise InputError(f"replay: {self.path}:{line}: bad time {row[-1]!r}") from None
+        if not self._times:
+            raise InputError(f"replay: {self.path} has no configurations")
+        self.values: dict[str, tuple[Value, ...]] = {
+            name: tuple(sorted({c[i] for c in self._times}, key=_sort_key))
+            for i, name in enumerate(self.names)
+        }
+        self.evaluations = 0
+        self.infeasible = 0
+
+    # -- what a strategy may know before evaluating anything -------------------------------
+    @property
+    def name(self) -> str:
+        return self.path.stem
+
+    @property
+    def distributions(self) -> dict[str, BaseDistribution]:
+        """One categorical distribution per column, over its distinct values."""
+        return {n: CategoricalDistribution(list(v)) for n, v in self.values.items()}
+
+    def config_of(self, params: Mapping[str, Any]) -> Config:
+        return tuple(params[n] for n in self.names)
+
+    def feasible(self, params: Mapping[str, Any]) -> bool:
+        """Whether the configuration satisfies the restrictions (is a row of the file)."""
+        return self.config_of(params) in self._times
+
+    def candidates(self) -> list[dict[str, Value]]:
+        """Every feasible configuration, without its time."""
+        return [dict(zip(self.names, c, strict=True)) for c in self._times]
+
+    @property
+    def configs(self) -> int:
+        return len(self._times)
+
+    @property
+    def valid(self) -> int:
+        """Configurations that compiled and ran (a finite time)."""
+        return sum(1 for t in self._times.values() if math.isfinite(t))
+
+    def recorded(self) -> list[tuple[dict[str, Value], float]]:
+        """Every configuration with its time: for a space used as tuned results (a warm start
+        from another shape), never for the space being searched."""
+        return [(dict(zip(self.names, c, strict=True)), t) for c, t in self._times.items()]
+
+    # -- the measurement -----------------------------------------------------------------
+    def evaluate(self, params: Mapping[str, Any]) -> ReplayResult:
+        """The recorded outcome of one configuration; counts an evaluation unless infeasible."""
+        time_ms = self._times.get(self.config_of(params))
+        if time_ms is None:
+            self.infeasible += 1
+            return ReplayResult("infeasible")
+        self.evaluations += 1
+        if not math.isfinite(time_ms):
+            return ReplayResult("failed")
+        return ReplayResult("ok", time_ms)
+
+    @property
+    def optimum_ms(self) -> float:
+        """The best recorded time. Gives the answer away: for reports after a run."""
+        return min(self._times.values())
+
+    def within(self, fraction: float) -> int:
+        """How many configurations are within ``fraction`` of the optimum."""
+        bound = self.optimum_ms * (1.0 + fraction)
+        return sum(1 for t in self._times.values() if t <= bound)
+
+
+def _sort_key(value: Value) -> tuple[int, float, str]:
+    if isinstance(value, str):
+        return (1, 0.0, value)
+    return (0, float(value), "")
+
+
+@dataclass
+class ReplayRun:
+    """One search on a replay space: the best-so-far time after each evaluation."""
+
+    best_after: list[float] = field(default_factory=list)  # index i: after i + 1 evaluations
+    best_config: dict[str, Any] | None = None
+    best_ms: float | None = None
+    proposals: int = 0
+    duplicates: int = 0
+
+    def evaluations_to(self, bound_ms: float) -> int | None:
+        """Evaluations until the best-so-far was at most ``bound_ms``; None if never."""
+        for i, best in enumerate(self.best_after):
+            if best <= bound_ms:
+                return i + 1
+        return None
+
+    def best_at(self, evaluations: int) -> float | None:
+        """Best-so-far after ``evaluations`` evaluations (None if the run stopped earlier)."""
+        if evaluations > len(self.best_after) or evaluations < 1:
+            return None
+        return self.best_after[evaluations - 1]
+
+
+def replay_search(
+    space: ReplaySpace,
+    sampler: optuna.samplers.BaseSampler,
+    *,
+    budget: int,
+    warm_start: Sequence[Mapping[str, Any]] = (),
+    on_evaluation: Callable[[ReplayRun], None] | None = None,
+) -> ReplayRun:
+    """Search ``space`` with ``sampler`` until ``budget`` evaluations (in-memory study).
+
+    ``warm_start`` configurations are enqueued first. Like the Tuner: a configuration is
+    evaluated at most once (a repeat proposal is told its earlier outcome for free), failures and
+    rejections are told as ``inf`` with constraints, and the loop gives up after many proposals
+    without an evaluation (an exhausted space).
+    """
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(sampler=sampler, direction="minimize")
+    for params in warm_start:
+        study.enqueue_trial(dict(params), skip_if_exists=True)
+    dists = space.distributions
+    run = ReplayRun()
+    seen: dict[Config, ReplayResult] = {}
+    max_proposals = 25 * budget + 200
+    start = space.evaluations
+    idle = 0
+    while space.evaluations - start < budget and run.proposals < max_proposals and idle <= 100:
+        run.proposals += 1
+        trial = study.ask(dists)
+        config = space.config_of(trial.params)
+        if config in seen:
+            result = seen[config]
+            run.duplicates += 1
+            idle += 1
+        else:
+            before = space.evaluations
+            result = seen[config] = space.evaluate(trial.params)
+            if space.evaluations > before:
+                idle = 0
+                time_ms = result.time_ms
+                if time_ms is not None and (run.best_ms is None or time_ms < run.best_ms):
+                    run.best_ms, run.best_config = time_ms, dict(trial.params)
+                run.best_after.append(run.best_ms if run.best_ms is not None else math.inf)
+                if on_evaluation is not None:
+                    on_evaluation(run)
+            else:
+                idle += 1
+        for name, value in result.constraints.items():
+            trial.set_constraint(name, value)
+        study.tell(trial, result.time_ms if result.time_ms is not None else math.inf)
+    return run

@@ -1,0 +1,92 @@
+"""Search strategies: Optuna samplers found by name through one registry table.
+
+A strategy is an ``optuna.samplers.BaseSampler``, so the same object drives ``tilewise tune``
+(the Tuner) and ``tilewise bench search`` (the replay target). What a strategy may know before
+it evaluates anything is a :class:`SearchSpace`: the distributions and, optionally, a
+``feasible`` predicate (the op's static check, or a recorded space's restrictions) and the full
+list of feasible configurations when it is small enough to list.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+from optuna.distributions import BaseDistribution
+
+from tuner.errors import ConfigError, InputError
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """The distributions searched, and what is known about feasibility without evaluating."""
+
+    distributions: Mapping[str, BaseDistribution]
+    #: True when the configuration passes the static restrictions; None = everything passes.
+    feasible: Callable[[Mapping[str, Any]], bool] | None = None
+    #: Every feasible configuration, when they can be listed (a recorded space).
+    candidates: Callable[[], Sequence[Mapping[str, Any]]] | None = None
+
+
+Factory = Callable[[int | None, SearchSpace | None], optuna.samplers.BaseSampler]
+
+
+def _random(seed: int | None, space: SearchSpace | None) -> optuna.samplers.BaseSampler:
+    return optuna.samplers.RandomSampler(seed=seed)
+
+
+def _tpe(seed: int | None, space: SearchSpace | None) -> optuna.samplers.BaseSampler:
+    return optuna.samplers.TPESampler(seed=seed)
+
+
+def _tpe_multivariate(seed: int | None, space: SearchSpace | None) -> optuna.samplers.BaseSampler:
+    # tilewise's sampler before the surrogate: the joint model of tiling fields that interact.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return optuna.samplers.TPESampler(
+            seed=seed, multivariate=True, constant_liar=True, n_startup_trials=8
+        )
+
+
+def _gp(seed: int | None, space: SearchSpace | None) -> optuna.samplers.BaseSampler:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise ConfigError(
+            "strategy 'gp' is Optuna's GPSampler, which needs PyTorch: pip install torch"
+        ) from None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return optuna.samplers.GPSampler(seed=seed)
+
+
+def _surrogate(seed: int | None, space: SearchSpace | None) -> optuna.samplers.BaseSampler:
+    from tuner.search._surrogate import SurrogateSampler
+
+    return SurrogateSampler(space=space, seed=seed)
+
+
+#: strategy name -> factory(seed, space). "default" is what ``tilewise tune`` uses.
+STRATEGIES: dict[str, Factory] = {
+    "default": _surrogate,
+    "random": _random,
+    "tpe": _tpe,
+    "tpe-multivariate": _tpe_multivariate,
+    "gp": _gp,
+}
+
+
+def make_sampler(
+    seed: int | None, *, strategy: str = "default", space: SearchSpace | None = None
+) -> optuna.samplers.BaseSampler:
+    """The sampler of ``strategy`` (see :data:`STRATEGIES`); an unknown name is an InputError."""
+    try:
+        factory = STRATEGIES[strategy]
+    except KeyError:
+        raise InputError(
+            f"unknown strategy {strategy!r}; known: {', '.join(sorted(STRATEGIES))}"
+        ) from None
+    return factory(seed, space)

@@ -1,0 +1,297 @@
+"""The default strategy: a random-forest surrogate with expected improvement over feasible
+configurations only (SMAC-style, on a finite categorical space).
+
+* Proposals come from a candidate pool that holds only feasible configurations never proposed
+  before: the whole feasible set when it can be listed (a recorded space, or a product of the
+  domains small enough to filter with ``feasible``), otherwise random feasible draws plus every
+  one-field change of the best configurations so far (a local search around the incumbents).
+* The first ``n_startup`` proposals are uniform over the pool. Then a random forest is fitted
+  to log(time) of every evaluated configuration (failures count as the slowest time seen), and
+  the candidate with the largest expected improvement under the spread of the trees is next.
+* To stay cheap on long runs the forest is refitted every ``max(1, n // refit_divisor)``
+  evaluations; between refits the next-ranked candidates are taken.
+
+Features are the tunables' values (numbers as they are, other choices by index), plus two
+generic ones for tile sizes: the log-product and log-ratio of every pair of size-like fields
+(tiles act through threads per block, elements per thread ...), and the alignment (largest
+power of two dividing the value) of fields that are not all powers of two. Nothing in them is
+specific to one kernel or one recorded space.
+
+Defaults (15 uniform start-up draws, 32 trees, half the features per split, leaves of 2) were
+chosen on the three recorded GPU spaces in shared/spaces and the cpu-twin spaces in tests/data.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import optuna
+from optuna.distributions import BaseDistribution, CategoricalDistribution
+from optuna.study import Study
+from optuna.trial import FrozenTrial, TrialState
+
+from tuner.search._strategies import SearchSpace
+
+Config = tuple[Any, ...]
+
+
+class SurrogateSampler(optuna.samplers.BaseSampler):
+    """See the module docstring. Not thread-safe: one study, one thread."""
+
+    def __init__(
+        self,
+        *,
+        space: SearchSpace | None = None,
+        seed: int | None = None,
+        n_startup: int = 15,
+        n_trees: int = 32,
+        pool_size: int = 2048,
+        enumerate_limit: int = 50_000,
+        local_top: int = 5,
+        refit_divisor: int = 50,
+        pairs: bool = True,
+        align: bool = True,
+        max_features: float = 0.5,
+        min_leaf: int = 2,
+    ) -> None:
+        self._space = space
+        self._seed = seed
+        self._rng = np.random.default_rng(seed)
+        self._random = optuna.samplers.RandomSampler(seed=seed)
+        self._n_startup, self._n_trees = n_startup, n_trees
+        self._pool_size, self._enumerate_limit = pool_size, enumerate_limit
+        self._local_top, self._refit_divisor = local_top, refit_divisor
+        self._pairs, self._align = pairs, align
+        self._max_features, self._min_leaf = max_features, min_leaf
+        self._names: tuple[str, ...] = ()
+        self._pool: list[Config] | None = None
+        self._pool_ready = False
+        self._ranking: list[Config] = []
+        self._fitted_at = -1
+
+    # -- Optuna's sampler contract -----------------------------------------------------------
+    def infer_relative_search_space(
+        self, study: Study, trial: FrozenTrial
+    ) -> dict[str, BaseDistribution]:
+        if self._space is not None:
+            return dict(self._space.distributions)
+        return optuna.search_space.intersection_search_space(
+            study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        )
+
+    def sample_relative(
+        self, study: Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
+    ) -> dict[str, Any]:
+        dists = {
+            n: d
+            for n, d in search_space.items()
+            if isinstance(d, CategoricalDistribution) and not d.single()
+        }
+        if not dists:
+            return {}
+        names = tuple(sorted(dists))
+        if names != self._names:
+            self._names, self._pool_ready, self._ranking, self._fitted_at = names, False, [], -1
+        full = {**{n: d for n, d in search_space.items() if d.single()}, **dists}
+        seen, observed = self._history(study, trial, names)
+        config = self._propose(full, dists, seen, observed)
+        return {} if config is None else dict(zip(names, config, strict=True))
+
+    def sample_independent(
+        self,
+        study: Study,
+        trial: FrozenTrial,
+        param_name: str,
+        param_distribution: BaseDistribution,
+    ) -> Any:
+        return self._random.sample_independent(study, trial, param_name, param_distribution)
+
+    # -- history -----------------------------------------------------------------------------
+    def _history(
+        self, study: Study, trial: FrozenTrial, names: tuple[str, ...]
+    ) -> tuple[set[Config], list[tuple[Config, float]]]:
+        """Every configuration proposed so far, and the evaluated ones with their values."""
+        seen: set[Config] = set()
+        observed: list[tuple[Config, float]] = []
+        for t in study.get_trials(deepcopy=False):
+            if t.number == trial.number or not all(n in t.params for n in names):
+                continue
+            config = tuple(t.params[n] for n in names)
+            seen.add(config)
+            if t.state == TrialState.COMPLETE and t.value is not None:
+                observed.append((config, float(t.value)))
+        return seen, observed
+
+    # -- proposals ---------------------------------------------------------------------------
+    def _feasible(self, full: Mapping[str, BaseDistribution], config: Config) -> bool:
+        if self._space is None or self._space.feasible is None:
+            return True
+        params = {
+            n: d.choices[0] for n, d in full.items() if isinstance(d, CategoricalDistribution)
+        }
+        params.update(zip(self._names, config, strict=True))
+        return self._space.feasible(params)
+
+    def _listed_pool(
+        self, full: Mapping[str, BaseDistribution], dists: Mapping[str, CategoricalDistribution]
+    ) -> list[Config] | None:
+        if self._space is not None and self._space.candidates is not None:
+            allowed = {n: set(d.choices) for n, d in dists.items()}
+            return [
+                tuple(c[n] for n in self._names)
+                for c in self._space.candidates()
+                if all(c.get(n) in allowed[n] for n in self._names)
+            ]
+        size = math.prod(len(dists[n].choices) for n in self._names)
+        if size > self._enumerate_limit:
+            return None
+        product = itertools.product(*(dists[n].choices for n in self._names))
+        return [c for c in product if self._feasible(full, c)]
+
+    def _random_configs(
+        self, full: Mapping[str, BaseDistribution], dists: Mapping[str, CategoricalDistribution]
+    ) -> list[Config]:
+        draws = [
+            self._rng.integers(len(dists[n].choices), size=4 * self._pool_size) for n in self._names
+        ]
+        out: list[Config] = []
+        for row in zip(*draws, strict=True):
+            config = tuple(dists[n].choices[i] for n, i in zip(self._names, row, strict=True))
+            if self._feasible(full, config):
+                out.append(config)
+                if len(out) >= self._pool_size:
+                    break
+        return out
+
+    def _neighbours(
+        self,
+        full: Mapping[str, BaseDistribution],
+        dists: Mapping[str, CategoricalDistribution],
+        observed: Sequence[tuple[Config, float]],
+    ) -> list[Config]:
+        out: list[Config] = []
+        for config, _ in sorted(observed, key=lambda o: o[1])[: self._local_top]:
+            for i, n in enumerate(self._names):
+                for value in dists[n].choices:
+                    if value != config[i]:
+                        changed = (*config[:i], value, *config[i + 1 :])
+                        if self._feasible(full, changed):
+                            out.append(changed)
+        return out
+
+    def _propose(
+        self,
+        full: Mapping[str, BaseDistribution],
+        dists: Mapping[str, CategoricalDistribution],
+        seen: set[Config],
+        observed: list[tuple[Config, float]],
+    ) -> Config | None:
+        if not self._pool_ready:
+            self._pool, self._pool_ready = self._listed_pool(full, dists), True
+        finite = [v for _, v in observed if math.isfinite(v) and v > 0]
+        if len(observed) < self._n_startup or not finite:
+            return self._uniform(full, dists, seen)
+        n = len(observed)
+        stale = n - self._fitted_at >= max(1, n // self._refit_divisor)
+        if stale or not any(c not in seen for c in self._ranking):
+            self._ranking = self._rank(full, dists, seen, observed)
+            self._fitted_at = n
+        for config in self._ranking:
+            if config not in seen:
+                return config
+        return self._uniform(full, dists, seen)
+
+    def _uniform(
+        self,
+        full: Mapping[str, BaseDistribution],
+        dists: Mapping[str, CategoricalDistribution],
+        seen: set[Config],
+    ) -> Config | None:
+        if self._pool is not None:
+            fresh = [c for c in self._pool if c not in seen]
+            return fresh[int(self._rng.integers(len(fresh)))] if fresh else None
+        fresh = [c for c in self._random_configs(full, dists) if c not in seen]
+        return fresh[0] if fresh else None
+
+    def _rank(
+        self,
+        full: Mapping[str, BaseDistribution],
+        dists: Mapping[str, CategoricalDistribution],
+        seen: set[Config],
+        observed: list[tuple[Config, float]],
+    ) -> list[Config]:
+        """Unseen candidates, best expected improvement first (the top few hundred)."""
+        from scipy.special import ndtr
+        from sklearn.ensemble import RandomForestRegressor
+
+        if self._pool is not None:
+            candidates = [c for c in self._pool if c not in seen]
+        else:
+            pool = self._random_configs(full, dists) + self._neighbours(full, dists, observed)
+            candidates = list(dict.fromkeys(c for c in pool if c not in seen))
+        if not candidates:
+            return []
+        finite = np.array([v for _, v in observed if math.isfinite(v) and v > 0])
+        worst = float(np.log(finite.max()))
+        x = self._encode(dists, [c for c, _ in observed])
+        y = np.array([math.log(v) if math.isfinite(v) and v > 0 else worst for _, v in observed])
+        forest = RandomForestRegressor(
+            bootstrap=True,
+            n_estimators=self._n_trees,
+            max_features=self._max_features,
+            min_samples_leaf=self._min_leaf,
+            random_state=int(self._rng.integers(2**31)),
+        ).fit(x, y)
+        xc = self._encode(dists, candidates)
+        per_tree = np.stack([tree.predict(xc) for tree in forest.estimators_])
+        mean, std = per_tree.mean(axis=0), np.maximum(per_tree.std(axis=0), 1e-9)
+        gain = float(np.log(finite.min())) - mean
+        z = gain / std
+        ei = gain * ndtr(z) + std * np.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)
+        order = np.argsort(-ei, kind="stable")[:256]
+        return [candidates[i] for i in order]
+
+    def _encode(
+        self, dists: Mapping[str, CategoricalDistribution], configs: Sequence[Config]
+    ) -> np.ndarray:
+        columns: list[np.ndarray] = []
+        sizes: list[int] = []  # of the positive numeric fields with more than two values
+        for i, n in enumerate(self._names):
+            choices = dists[n].choices
+            numeric = all(isinstance(v, int | float) and not isinstance(v, bool) for v in choices)
+            index = {v: k for k, v in enumerate(choices)}
+            column = np.array([float(c[i]) if numeric else float(index[c[i]]) for c in configs])
+            columns.append(column)
+            positive = all(isinstance(v, int | float) and v > 0 for v in choices)
+            if self._pairs and numeric and positive and len(choices) > 2:
+                sizes.append(len(columns) - 1)
+            if self._align and numeric and len(choices) > 2 and not _all_powers_of_two(choices):
+                # Alignment (the largest power of two dividing a size) decides vector widths,
+                # coalescing and bank conflicts; from the raw value it takes many splits.
+                columns.append(np.array([_alignment(c[i]) for c in configs], dtype=float))
+        if self._pairs:
+            # Tile sizes act through their products and ratios (threads per block, elements
+            # per thread ...), which axis-aligned splits on single fields approximate badly.
+            logs = {k: np.log2(columns[k]) for k in sizes}
+            for a, b in itertools.combinations(sizes, 2):
+                columns += [logs[a] + logs[b], logs[a] - logs[b]]
+        return np.stack(columns, axis=1)
+
+
+def _alignment(value: float) -> float:
+    """log2 of the largest power of two (up to 2**10) dividing an integer value; 0 otherwise."""
+    if value != int(value) or value == 0:
+        return 0.0
+    v, k = int(value), 0
+    while v % 2 == 0 and k < 10:
+        v //= 2
+        k += 1
+    return float(k)
+
+
+def _all_powers_of_two(choices: Sequence[Any]) -> bool:
+    return all(float(c).is_integer() and c > 0 and (int(c) & (int(c) - 1)) == 0 for c in choices)

@@ -1,0 +1,59 @@
+"""Warm start: what the tuned shapes of an op suggest for a new shape.
+
+A tiling that won on a nearby shape of the same op, target and dtype is a good first guess: the
+best tilings of the nearest tuned shapes (distance: the sum over dims of |log2 ratio|) that pass
+the op's static check for the new shape are measured before anything else.
+"""
+
+from __future__ import annotations
+
+import math
+
+from sqlalchemy.orm import Session
+
+from kernels.ops import OpSpec
+from kernels.targets import TargetProfile
+from tuner import store
+from tuner.types import Shape, Tiling
+
+
+def shape_distance(a: Shape, b: Shape) -> float:
+    """Sum over the dims of |log2(a/b)|; shapes with other dims are infinitely far."""
+    if set(a) != set(b):
+        return math.inf
+    return sum(abs(math.log2(a[d] / b[d])) for d in a)
+
+
+def nearest_tuned_tilings(
+    session: Session,
+    *,
+    spec: OpSpec,
+    shape: Shape,
+    dtype: str,
+    target: TargetProfile,
+    shapes: int = 3,
+    per_shape: int = 2,
+    limit: int = 4,
+) -> list[Tiling]:
+    """Up to ``limit`` tilings: the best ``per_shape`` of each of the ``shapes`` nearest tuned
+    shapes (nearest first, the stored winner first), valid for ``shape``, without repeats."""
+    tuned = [
+        (shape_distance(w.shape, shape), w, t)
+        for w, t in store.best_tilings(session, op=spec.name, target=target.name, dtype=dtype)
+        if w.shape != shape
+    ]
+    tuned = sorted((x for x in tuned if math.isfinite(x[0])), key=lambda x: x[0])[:shapes]
+    names = {t.name for t in spec.tunables(shape, dtype, target)}
+    out: dict[str, Tiling] = {}
+    for _, workload, best in tuned:
+        top = store.top_k(session, workload_id=workload.id, k=per_shape + 2)
+        found = 0
+        for tiling in [best.tiling, *(Tiling(r.tiling) for r in top)]:
+            if found >= per_shape or len(out) >= limit:
+                break
+            if set(tiling) != names or tiling.key() in out:
+                continue
+            if spec.check(tiling, shape, dtype, target).valid:
+                out[tiling.key()] = tiling
+                found += 1
+    return list(out.values())

@@ -1,0 +1,479 @@
+"""Workers: claim tuning jobs from the database, hold their lease, run their studies.
+
+One worker serves one target (and device). It loops::
+
+    claim the oldest claimable job of its target (queued, or running with an expired lease)
+    build op spec / shape / target from the job's workload; refuse a stale op version
+    run the study for the budget that is left, tagging its records with the job
+    finish the job (succeeded / failed), or hand it back to the queue when asked to stop
+
+A heartbeat thread renews the lease every ``heartbeat_s`` and refreshes the worker's row (for
+``GET /v1/workers``). The study stops asking for trials as soon as the lease is lost, the job
+is cancelled, or the worker is asked to stop; the trial in flight always completes and is
+recorded.
+
+Budget accounting: a record carries the job's id only if it was written while its worker held
+the job (checked with the job row locked, in the record's own transaction), so a job's spent
+evaluations are exactly its records (:func:`tuner.store.job_evaluations`), and a job claimed
+again resumes with ``budget_evals`` minus those. The new worker's tuner sees every earlier
+record and never measures a tiling again.
+
+Workers do not join a job that another worker holds: a job is run by one worker at a time.
+Several workers do share a study when several jobs tune one workload; the tuner then skips
+tilings that are recorded or being measured elsewhere.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from tuner import store
+from tuner.errors import InputError, StoreError, TilewiseError
+from tuner.settings import Settings
+from tuner.store import JobRow, JobStatus, WorkerStatus
+
+if TYPE_CHECKING:
+    from kernels.backends import Backend
+    from kernels.ops import OpSpec
+    from kernels.targets import TargetProfile
+    from tuner.search import Progress, TuneResult
+    from tuner.types import Shape
+
+log = logging.getLogger(__name__)
+
+#: A job claimed this many times without finishing (its workers keep dying) fails.
+MAX_ATTEMPTS = 5
+
+#: Progress of a running job is written at most this often (seconds).
+PROGRESS_EVERY_S = 1.0
+
+
+class JobError(TilewiseError):
+    """A job cannot be run as asked (unknown op, stale op version ...): it fails."""
+
+
+@dataclass(frozen=True)
+class JobInputs:
+    spec: OpSpec
+    shape: Shape
+    dtype: str
+    target: TargetProfile
+
+
+@dataclass
+class _Held:
+    """The job this worker holds right now."""
+
+    job: JobRow
+    spent_before: int  # the job's evaluations when it was claimed
+    lost: threading.Event = field(default_factory=threading.Event)
+    last_progress: float = 0.0
+
+
+def worker_id_for(target: str, device: int | None) -> str:
+    """``host:pid:target:device`` (device ``-`` when none is given)."""
+    dev = "-" if device is None else str(device)
+    return f"{socket.gethostname()}:{os.getpid()}:{target}:{dev}"
+
+
+def job_inputs(workload: store.WorkloadRow, *, settings: Settings) -> JobInputs:
+    """The op spec, shape, dtype and target of a job's workload.
+
+    Raises:
+        JobError: the op, dtype or target is unknown, the shape is not valid for the op, or the
+            op changed since the job was queued (its version differs).
+    """
+    from kernels.ops import get_op
+    from kernels.targets import get_target
+
+    try:
+        spec = get_op(workload.op)
+        shape = spec.validate_shape(workload.shape, max_elements=settings.max_elements)
+        dtype = spec.validate_dtype(workload.dtype)
+        target = get_target(workload.target)
+    except InputError as exc:
+        raise JobError(f"workload {workload.key}: {exc}") from exc
+    if spec.version != workload.op_version:
+        raise JobError(
+            f"workload {workload.key}: op {spec.name} is at version {spec.version}, the job asks"
+            f" for version {workload.op_version} (the kernel or its spec changed since the job"
+            " was queued); queue a new job for the current version"
+        )
+    if target.name != workload.target:
+        raise JobError(
+            f"workload {workload.key}: target {workload.target!r} resolves to {target.name!r}"
+        )
+    return JobInputs(spec, shape, dtype, target)
+
+
+class Worker:
+    """Claims and runs jobs of one target until :meth:`stop` (thread-safe) is called.
+
+    ``backend`` is for tests; by default the target's backend is created (and closed) here.
+    ``max_jobs`` and ``exit_when_idle`` end :meth:`run` early (batch use, tests).
+    ``parent_pid``: stop when the parent process is gone (workers started by ``serve``).
+    """
+
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        target: str = "cpu-twin",
+        device: int | None = None,
+        db: store.Store | None = None,
+        backend: Backend | None = None,
+        worker_id: str | None = None,
+        max_jobs: int | None = None,
+        exit_when_idle: bool = False,
+        parent_pid: int | None = None,
+    ) -> None:
+        from kernels.targets import get_target
+
+        self.settings = settings
+        self.target = get_target(target)
+        self.device = device
+        self.id = worker_id or worker_id_for(self.target.name, device)
+        self.max_jobs, self.exit_when_idle, self.parent_pid = max_jobs, exit_when_idle, parent_pid
+        if settings.heartbeat_s >= settings.lease_s:
+            raise InputError(
+                f"heartbeat_s ({settings.heartbeat_s}) must be below lease_s ({settings.lease_s})"
+                " or every lease expires before it is renewed"
+            )
+        self._own_db = db is None
+        self.db = db if db is not None else store.open_store(settings.db_url)
+        self._own_backend = backend is None
+        try:
+            if backend is None:
+                from kernels.backends import create_backend
+
+                backend = create_backend(self.target.backend)
+        except BaseException:
+            if self._own_db:
+                self.db.close()
+            raise
+        self.backend: Backend = backend
+        self._stop = threading.Event()
+        self._closed = threading.Event()
+        self._lock = threading.Lock()
+        self._held: _Held | None = None
+        self.jobs_done = 0
+
+    # -- control -----------------------------------------------------------------------------
+    def stop(self) -> None:
+        """Ask the worker to stop: the trial in flight completes, then the job is finished (its
+        budget is spent) or handed back to the queue, and :meth:`run` returns."""
+        self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        if self.parent_pid is not None and os.getppid() != self.parent_pid:
+            self._stop.set()  # orphaned: the supervisor died
+        return self._stop.is_set()
+
+    # -- the loop ----------------------------------------------------------------------------
+    def run(self) -> int:
+        """Claim and run jobs until stopped; returns how many jobs this worker ran."""
+        self._beat()
+        beats = threading.Thread(target=self._heartbeat_loop, name="tw-heartbeat", daemon=True)
+        beats.start()
+        log.info("worker %s: serving target %s on %s", self.id, self.target.name, self.db.safe_url)
+        try:
+            while not self.stopping:
+                try:
+                    job = self._claim()
+                except StoreError as exc:
+                    log.warning("worker %s: cannot claim: %s", self.id, exc)
+                    job = None
+                if job is None:
+                    if self.exit_when_idle:
+                        break
+                    self._stop.wait(self.settings.poll_s)
+                    continue
+                self._run_job(job)
+                self.jobs_done += 1
+                if self.max_jobs is not None and self.jobs_done >= self.max_jobs:
+                    break
+        finally:
+            self._closed.set()
+            beats.join(timeout=10)
+            self._beat(status=WorkerStatus.STOPPED)
+            self.close()
+        return self.jobs_done
+
+    def close(self) -> None:
+        if self._own_backend:
+            self.backend.close()
+        if self._own_db:
+            self.db.close()
+
+    def _claim(self) -> JobRow | None:
+        with self.db.session() as s:
+            job = store.claim_job(
+                s,
+                worker_id=self.id,
+                lease_seconds=self.settings.lease_s,
+                targets=[self.target.name],
+            )
+            if job is None:
+                return None
+            spent = store.job_evaluations(s, job_id=job.id)
+        with self._lock:
+            self._held = _Held(job, spent)
+        log.info(
+            "worker %s: claimed job %d (attempt %d, %d of %d evaluations spent)",
+            self.id,
+            job.id,
+            job.attempts,
+            spent,
+            job.budget_evals,
+        )
+        self._beat()
+        return job
+
+    # -- heartbeat ---------------------------------------------------------------------------
+    def _heartbeat_loop(self) -> None:
+        while not self._closed.wait(self.settings.heartbeat_s):
+            self._beat()
+
+    def _beat(self, status: WorkerStatus | None = None) -> None:
+        with self._lock:
+            held = self._held
+        if status is None:
+            status = WorkerStatus.BUSY if held is not None else WorkerStatus.IDLE
+        try:
+            with self.db.session() as s:
+                store.heartbeat_worker(
+                    s,
+                    worker_id=self.id,
+                    host=socket.gethostname(),
+                    pid=os.getpid(),
+                    target=self.target.name,
+                    device=self.device,
+                    status=status,
+                )
+                if held is not None and not held.lost.is_set():
+                    renewed = store.renew_lease(
+                        s,
+                        job_id=held.job.id,
+                        worker_id=self.id,
+                        lease_seconds=self.settings.lease_s,
+                    )
+                    if not renewed:
+                        log.warning(
+                            "worker %s: job %d is no longer ours (cancelled or reclaimed)",
+                            self.id,
+                            held.job.id,
+                        )
+                        held.lost.set()
+        except StoreError as exc:
+            # The lease may run out meanwhile: then another worker resumes the job, and this
+            # one's records stop counting for it (see the module docstring).
+            log.warning("worker %s: heartbeat failed: %s", self.id, exc)
+
+    # -- one job -----------------------------------------------------------------------------
+    def _run_job(self, job: JobRow) -> None:
+        with self._lock:
+            held = self._held
+        assert held is not None and held.job.id == job.id
+        try:
+            self._tune(held)
+        except JobError as exc:
+            log.error("worker %s: job %d failed: %s", self.id, job.id, exc)
+            self._fail(held, str(exc))
+        except StoreError as exc:
+            # The database, not the job: hand it back (or let its lease run out) rather than
+            # fail it; MAX_ATTEMPTS bounds the retries.
+            log.error("worker %s: job %d: %s", self.id, job.id, exc)
+            self._release(held)
+        except Exception as exc:
+            log.exception("worker %s: job %d failed", self.id, job.id)
+            self._fail(held, f"{type(exc).__name__}: {exc}")
+        finally:
+            with self._lock:
+                self._held = None
+            self._beat()
+
+    def _tune(self, held: _Held) -> None:
+        from tuner.search import Budget, JobTag, Tuner
+
+        job = held.job
+        if job.attempts > MAX_ATTEMPTS:
+            raise JobError(
+                f"job {job.id} was claimed {job.attempts} times without finishing; giving up"
+            )
+        with self.db.session() as s:
+            workload = store.get_workload(s, workload_id=job.workload_id)
+        if workload is None:  # pragma: no cover - a foreign key guarantees it
+            raise JobError(f"job {job.id}: workload {job.workload_id} does not exist")
+        inputs = job_inputs(workload, settings=self.settings)
+        if inputs.target.name != self.target.name:  # pragma: no cover - claim_job filters
+            raise JobError(f"job {job.id} is for target {inputs.target.name}, not {self.target}")
+        tuner = Tuner(
+            spec=inputs.spec,
+            shape=inputs.shape,
+            dtype=inputs.dtype,
+            target=inputs.target,
+            backend=self.backend,
+            db=self.db,
+            settings=self.settings,
+            job=JobTag(job.id, self.id),
+        )
+        if tuner.workload_id != job.workload_id:  # pragma: no cover - job_inputs checks it
+            raise JobError(f"job {job.id}: its workload does not match {tuner.workload.key}")
+
+        def on_progress(progress: Progress) -> None:
+            now = time.monotonic()
+            if now - held.last_progress < PROGRESS_EVERY_S:
+                return
+            held.last_progress = now
+            with self.db.session() as s:
+                ours = store.update_job_progress(
+                    s,
+                    job_id=job.id,
+                    worker_id=self.id,
+                    evaluations=held.spent_before + progress.evaluations,
+                    best_latency_us=progress.best_us,
+                    speedup=None,
+                )
+            if not ours:
+                held.lost.set()
+
+        def should_stop() -> bool:
+            return self.stopping or held.lost.is_set()
+
+        remaining = max(0, job.budget_evals - held.spent_before)
+        result = tuner.run(
+            Budget(remaining, job.budget_seconds),
+            seed=job.seed,
+            on_progress=on_progress,
+            should_stop=should_stop,
+        )
+        self._settle(held, result)
+
+    def _settle(self, held: _Held, result: TuneResult) -> None:
+        job = held.job
+        with self.db.session() as s:
+            spent = store.job_evaluations(s, job_id=job.id)
+        if held.lost.is_set():
+            log.info("worker %s: left job %d (not ours any more)", self.id, job.id)
+            return
+        if result.stopped:
+            with self.db.session() as s:
+                released = store.release_job(
+                    s,
+                    job_id=job.id,
+                    worker_id=self.id,
+                    evaluations=spent,
+                    best_latency_us=result.progress.best_us,
+                )
+            log.info(
+                "worker %s: job %d %s after %d of %d evaluations",
+                self.id,
+                job.id,
+                "handed back to the queue" if released else "was not ours any more",
+                spent,
+                job.budget_evals,
+            )
+            return
+        if result.best is None:
+            self._fail(
+                held,
+                f"no tiling ran successfully in {spent} evaluations"
+                f" ({result.progress.infeasible} infeasible, {result.progress.failed} failed):"
+                " see the workload's records for the reasons",
+            )
+            return
+        with self.db.session() as s:
+            finished = store.finish_job(
+                s,
+                job_id=job.id,
+                worker_id=self.id,
+                status=JobStatus.SUCCEEDED,
+                evaluations=spent,
+                best_latency_us=result.best.latency_us,
+                speedup=result.speedup,
+            )
+        log.info(
+            "worker %s: job %d %s: best %.1f us, speedup %s, %d evaluations",
+            self.id,
+            job.id,
+            "succeeded" if finished else "done, but not ours any more",
+            result.best.latency_us,
+            f"{result.speedup:.2f}x" if result.speedup else "n/a",
+            spent,
+        )
+
+    def _release(self, held: _Held) -> None:
+        try:
+            with self.db.session() as s:
+                store.release_job(
+                    s,
+                    job_id=held.job.id,
+                    worker_id=self.id,
+                    evaluations=store.job_evaluations(s, job_id=held.job.id),
+                )
+        except StoreError as exc:
+            log.warning("worker %s: cannot hand job %d back: %s", self.id, held.job.id, exc)
+
+    def _fail(self, held: _Held, error: str) -> None:
+        try:
+            with self.db.session() as s:
+                spent = store.job_evaluations(s, job_id=held.job.id)
+                store.finish_job(
+                    s,
+                    job_id=held.job.id,
+                    worker_id=self.id,
+                    status=JobStatus.FAILED,
+                    error=error,
+                    evaluations=spent,
+                )
+        except StoreError as exc:
+            # The lease runs out and the job is claimed again (up to MAX_ATTEMPTS).
+            log.warning("worker %s: cannot mark job %d failed: %s", self.id, held.job.id, exc)
+
+
+# -------------------------------------------------------------------------------------------
+# Signals
+
+
+STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT})
+
+
+def block_stop_signals() -> None:
+    """Block SIGTERM and SIGINT in the calling thread and everything it starts afterwards:
+    threads, and child processes (the mask survives ``exec``). Call from the main thread
+    before anything else is started."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+
+
+def stop_on_signals(worker: Worker) -> None:
+    """Stop ``worker`` gracefully on SIGTERM or SIGINT; a second signal exits at once.
+
+    The signals are blocked (:func:`block_stop_signals`) and received by a dedicated thread
+    (``sigwait``). The block is inherited by the compiler and runner children, so a Ctrl-C in a
+    terminal (sent to the whole process group) cannot kill the trial in flight and leave a
+    false "crashed" record behind.
+    """
+    signals = set(STOP_SIGNALS)
+    block_stop_signals()
+
+    def wait() -> None:
+        first = signal.sigwait(signals)
+        log.warning(
+            "worker %s: %s: finishing the trial in flight, then stopping (again to exit now)",
+            worker.id,
+            signal.Signals(first).name,
+        )
+        worker.stop()
+        second = signal.sigwait(signals)
+        log.error("worker %s: %s again: exiting now", worker.id, signal.Signals(second).name)
+        os._exit(128 + second)
+
+    threading.Thread(target=wait, name="tw-signals", daemon=True).start()
