@@ -39,6 +39,7 @@ def main() -> None:
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--budget", type=int, default=40)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--strategy", default="default")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -57,6 +58,8 @@ def main() -> None:
             str(args.budget),
             "--seed",
             str(args.seed),
+            "--strategy",
+            args.strategy,
             "--db",
             f"sqlite:///{tmp}/bench.db",
             "--json",
@@ -73,6 +76,7 @@ def main() -> None:
         "shape": args.shape,
         "dtype": args.dtype,
         "budget": args.budget,
+        "strategy": args.strategy,
         "wall_s": round(wall, 1),
         "best_us": result["best"]["latency_us"],
         "default_us": result["default"]["latency_us"],
@@ -80,6 +84,15 @@ def main() -> None:
         "evaluations": result["evaluations"],
         "rejected_before_compile": result["rejected_before_compile"],
         "fraction_rejected_before_compile": round(result["rejected_before_compile"] / proposals, 3),
+        # The default strategy proposes only tilings that pass the static check: what it
+        # screened out never reached the compiler either.
+        "screened": result["screened"],
+        "screened_out": result["screened_out"],
+        "fraction_rejected_before_compile_incl_screening": round(
+            (result["rejected_before_compile"] + result["screened_out"])
+            / max(1, proposals + result["screened_out"]),
+            3,
+        ),
         "best_tiling": result["best"]["tiling"],
     }
     print(json.dumps(report, indent=2))

@@ -76,6 +76,8 @@ class Progress:
     duplicates: int = 0
     best_us: float | None = None
     best: Tiling | None = None
+    screened: int = 0  # candidates the strategy checked statically before proposing
+    screened_out: int = 0  # ... and rejected there
 
     @property
     def infeasible(self) -> int:
@@ -125,6 +127,10 @@ class TuneResult:
             "evaluations": p.evaluations,
             "infeasible": p.infeasible,
             "rejected_before_compile": p.rejected_static,
+            # Candidates the strategy screened out with the static check before proposing:
+            # they cost no compile, no launch and no record either.
+            "screened_out": p.screened_out,
+            "screened": p.screened,
             "failed": p.failed,
             "seconds": round(self.seconds, 3),
             "stopped": self.stopped,
@@ -170,6 +176,9 @@ class Tuner:
         self.limits = BuildLimits(settings.max_loop_spills, settings.max_stack_bytes)
         self.env = {**backend.environment(), "target": target.name}
         self._builds: dict[str, BuildResult] = {}
+        # Candidates the strategy screened with the static check before proposing any:
+        # never compiled, never launched, never recorded.
+        self.screened = self.screened_out = 0
         with db.session() as s:
             self.workload_id = store.commit_workload(s, self.workload).id
             self._seen: dict[str, Outcome] = {
@@ -330,6 +339,7 @@ class Tuner:
             )
         finally:
             storage.engine.dispose()
+        progress.screened, progress.screened_out = self.screened, self.screened_out
         if stopped:
             return TuneResult(
                 self.workload, None, None, progress, time.monotonic() - started, stopped=True
@@ -415,7 +425,10 @@ class Tuner:
 
         def feasible(params: Mapping[str, object]) -> bool:
             tiling = tiling_from_params(dict(params))
-            return self.spec.check(tiling, self.shape, self.dtype, self.target).valid
+            ok = self.spec.check(tiling, self.shape, self.dtype, self.target).valid
+            self.screened += 1
+            self.screened_out += not ok
+            return ok
 
         return SearchSpace(distributions(self.tunables), feasible=feasible)
 
