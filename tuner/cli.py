@@ -200,6 +200,11 @@ def tune(
         f"{p.rejected_static} rejected before compiling, {p.rejected_build} after building, "
         f"{p.failed} failed, {result.seconds:.1f} s"
     )
+    if p.screened:
+        out.print(
+            f"the strategy proposed only tilings that pass the static check: it screened out "
+            f"{p.screened_out:,} of {p.screened:,} candidates (UB/L1/L0 limits, rules) uncompiled"
+        )
 
 
 def _tune_predict(
