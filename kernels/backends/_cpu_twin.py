@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import platform
 import shutil
@@ -22,6 +23,8 @@ from kernels.targets import TargetProfile, twin_target
 from tuner.errors import BackendError
 from tuner.settings import Settings, get_settings
 from tuner.types import Shape, Tiling
+
+log = logging.getLogger(__name__)
 
 TWIN_DIR = Path(__file__).resolve().parent.parent / "twin"
 RUNNER_SOURCE = TWIN_DIR / "runner" / "runner.cpp"
@@ -76,6 +79,13 @@ class CpuTwinBackend(Backend):
         del target, device
         self.settings = settings or get_settings()
         self.compiler: Compiler = find_compiler(self.settings.compiler)
+        if not self.compiler.spill_checks:
+            log.warning(
+                "cpu-twin builds with %s %s: register-spill checks are off (they need clang 15 "
+                "or newer: apt-get install clang-19)",
+                self.compiler.kind,
+                self.compiler.version,
+            )
         self._builds = self.settings.cache_dir / "builds"
         self._runner: RunnerProcess | None = None
         self._problem: Problem | None = None
