@@ -1,11 +1,11 @@
-"""Shared pieces of the Matmul + vector-epilogue ops built after linear_add_gelu.
+"""Shared pieces of the ops built on the Matmul high-level API with a vector epilogue.
 
 The TCubeTiling fields a developer sets by hand are the same for every op built on the Matmul
 high-level API: the base block, the L1 steps and depths, L0C double buffering and the iteration
 order, plus the epilogue's UB rows. These helpers give their domains, the L1/L0 buffers one
 Matmul object allocates, the rules of the vendor table, the TCubeTiling values (packed by
 ``kernels.ops._cube.cube_struct``), the MultiCoreMatmulTiling-like starting block and the
-epilogue fit. linear_add_gelu keeps its own copy (changing it would change its version).
+epilogue fit.
 """
 
 from __future__ import annotations
@@ -13,11 +13,20 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from kernels.ops._base import Buffer, Tunable, ceil_div, itemsize, round_up
-from kernels.ops.linear_add_gelu.spec import BASE_K, BASE_MN, CORE_SPLITS, DB_L0AB, c0
 from kernels.targets import TargetProfile
 from tuner.types import Tiling
 
+BASE_MN = (16, 32, 48, 64, 96, 128, 192, 256)
+BASE_K = (8, 16, 32, 64, 128, 256)
+CORE_SPLITS = (1, 2, 3, 4, 6, 8, 12, 16, 24)
+#: L0A/L0B double buffering, as the vendor tiling sets it.
+DB_L0AB = 2
 EPI_ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+def c0(dtype: str) -> int:
+    """Elements of the cube's K granule: 32 B."""
+    return 32 // itemsize(dtype)
 
 
 def single_core(extent: int, cores: int) -> tuple[int, ...]:

@@ -39,7 +39,7 @@ from kernels.ops._base import (
     round_up,
 )
 from kernels.ops._cube import cube_struct
-from kernels.ops.linear_add_gelu.spec import CORE_SPLITS
+from kernels.ops._matmul_common import CORE_SPLITS
 from kernels.targets import TargetProfile
 from tuner.errors import InputError
 from tuner.types import Shape, Tiling
