@@ -16,6 +16,9 @@ def register(app: typer.Typer) -> None:
     bench_app = typer.Typer(help="Benchmarks of tilewise's search.", no_args_is_help=True)
     app.add_typer(bench_app, name="bench")
     bench_app.command("search")(search)
+    from tuner._bench_kernels import command as kernels
+
+    bench_app.command("kernels")(kernels)
 
 
 def search(

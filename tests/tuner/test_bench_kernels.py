@@ -1,0 +1,82 @@
+"""`tilewise bench kernels`: the JSON row schema, on one tiny shape with a stub backend."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kernels.backends import Backend, BuildResult, MeasureOptions, RunResult
+from kernels.ops import OpSpec
+from kernels.targets import TargetProfile
+from tuner import _bench_kernels as bk
+from tuner.errors import InputError
+from tuner.settings import Settings
+from tuner.types import Shape, Tiling
+
+
+class StubBackend(Backend):
+    """No compile, no launch: latency falls with tileLength, so tuning can beat the default."""
+
+    name = "stub"
+
+    def build(self, spec: OpSpec, defines: dict[str, str]) -> BuildResult:
+        return BuildResult(
+            ok=True, key="k", artifact=Path("/nonexistent"), spills=0, stack_bytes=64
+        )
+
+    def run(
+        self,
+        build: BuildResult,
+        spec: OpSpec,
+        *,
+        shape: Shape,
+        dtype: str,
+        target: TargetProfile,
+        tiling: Tiling,
+        check: bool,
+        measure: MeasureOptions,
+    ) -> RunResult:
+        latency = 100.0 + 1e5 / tiling["tileLength"]
+        return RunResult("ok", (latency,) * measure.repeats)
+
+
+MACHINE = bk.Machine(peak_flops=1e11, bandwidth=2e10, how="stub")
+
+
+@pytest.mark.parametrize("budget", [0, 3])
+def test_row_schema_for_a_tiny_shape(tmp_path: Path, budget: int) -> None:
+    settings = Settings(db_url="sqlite://", cache_dir=tmp_path / "cache", remeasure_top=1)
+    row = bk.bench_case(
+        "scale_relu_dropout",
+        {"N": 4096},
+        backend=StubBackend(),
+        settings=settings,
+        machine=MACHINE,
+        budget=budget,
+        with_torch=False,
+    )
+    row = json.loads(json.dumps(row))  # JSON-serialisable as printed
+    assert set(bk.ROW_KEYS) <= set(row)
+    assert (row["op"], row["shape"], row["dtype"]) == ("scale_relu_dropout", {"N": 4096}, "float32")
+    for key in ("default_ms", "tuned_ms", "numpy_ms", "numpy_2t_ms", "roofline_ms"):
+        assert isinstance(row[key], float) and row[key] > 0, key
+    assert row["torch_eager_ms"] is None and row["torch_compile_ms"] is None
+    assert row["budget"] == budget
+    assert row["default_ms"] == pytest.approx(
+        0.1 + 100 / row["default_tiling"]["tileLength"], abs=1e-3
+    )
+    if budget == 0:
+        assert row["tuned_ms"] == row["default_ms"] and row["tune"] is None
+    else:
+        assert row["tuned_ms"] <= row["default_ms"] and row["tune"]["evaluations"] >= 1
+    assert row["bound"] == "memory" and row["bw_fraction"] is not None
+    assert row["roofline_ms"] == pytest.approx(2 * 4096 * 4 / 2e10 * 1e3, rel=1e-2)
+
+
+def test_cases_cover_the_issue_shapes_and_reject_unknown_ops() -> None:
+    assert len(bk.cases(None)) == 8
+    assert bk.cases("swiglu") == [("swiglu", {"T": 2048, "I": 2752})]
+    with pytest.raises(InputError):
+        bk.cases("nope")
