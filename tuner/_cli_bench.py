@@ -16,9 +16,27 @@ def register(app: typer.Typer) -> None:
     bench_app = typer.Typer(help="Benchmarks of tilewise's search.", no_args_is_help=True)
     app.add_typer(bench_app, name="bench")
     bench_app.command("search")(search)
-    from tuner._bench_kernels import command as kernels
-
     bench_app.command("kernels")(kernels)
+
+
+def kernels(
+    op: Annotated[
+        str | None, typer.Option("--op", help="One op; default: all six at issue 6's shapes.")
+    ] = None,
+    budget: Annotated[
+        int,
+        typer.Option(help="Tune evaluations per shape (temporary database); 0 = no tuning."),
+    ] = 20,
+    seed: Annotated[int, typer.Option(help="Sampler and input seed.")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list of rows.")] = False,
+) -> None:
+    """Time each op's twin kernel (default and tuned tiling) against numpy, torch and the
+    roofline of this machine, fp32."""
+    # Imported here, not at CLI load: numpy starts threads on import, and `tilewise worker`
+    # must block its stop signals before any thread exists.
+    from tuner._bench_kernels import command
+
+    command(op=op, budget=budget, seed=seed, as_json=as_json)
 
 
 def search(

@@ -95,6 +95,12 @@ class Settings(BaseSettings):
     heartbeat_s: float = Field(default=10.0, gt=0)
     poll_s: float = Field(default=1.0, gt=0, description="Idle workers look for jobs this often.")
     default_budget: int = Field(default=40, ge=1)
+    max_assistants_per_job: int = Field(
+        default=1,
+        ge=0,
+        description="Idle workers that may assist one running job (tune its study without "
+        "holding it); 0 = a job is run by its holder alone.",
+    )
 
     @field_validator("cache_dir")
     @classmethod

@@ -6,21 +6,27 @@ One worker serves one target (and device). It loops::
     build op spec / shape / target from the job's workload; refuse a stale op version
     run the study for the budget that is left, tagging its records with the job
     finish the job (succeeded / failed), or hand it back to the queue when asked to stop
+    (no job to claim: assist a running job of its target, see below)
 
 A heartbeat thread renews the lease every ``heartbeat_s`` and refreshes the worker's row (for
 ``GET /v1/workers``). The study stops asking for trials as soon as the lease is lost, the job
 is cancelled, or the worker is asked to stop; the trial in flight always completes and is
 recorded.
 
-Budget accounting: a record carries the job's id only if it was written while its worker held
-the job (checked with the job row locked, in the record's own transaction), so a job's spent
-evaluations are exactly its records (:func:`tuner.store.job_evaluations`), and a job claimed
-again resumes with ``budget_evals`` minus those. The new worker's tuner sees every earlier
-record and never measures a tiling again.
+Assisting: a worker that finds no job to claim joins a running job of its target (the one with
+the most evaluations left, with fewer than ``max_assistants_per_job`` assistants), registered
+in ``tw_job_assists`` (:func:`tuner.store.assist_job`). An assistant does not take the lease and
+never finishes the job: it tunes the job's study (the tuners share it as any tuners of one
+workload do, skipping tilings recorded or being measured elsewhere) until the job is no longer
+running, its budget is spent, or the assistant is asked to stop. The holder re-measures and
+stores the winner when the budget is spent, by whoever spent it.
 
-Workers do not join a job that another worker holds: a job is run by one worker at a time.
-Several workers do share a study when several jobs tune one workload; the tuner then skips
-tilings that are recorded or being measured elsewhere.
+Budget accounting: a record carries the job's id only if, in the record's own transaction with
+the job row locked, the job is running, its writer holds or assists it, and (for an evaluation)
+the job has spent less than its budget (:func:`tuner.store.may_tag_record`). So a job's spent
+evaluations are exactly its records (:func:`tuner.store.job_evaluations`), never more than its
+budget, and a job claimed again resumes with ``budget_evals`` minus those. The new worker's
+tuner sees every earlier record and never measures a tiling again.
 """
 
 from __future__ import annotations
@@ -43,7 +49,7 @@ if TYPE_CHECKING:
     from kernels.backends import Backend
     from kernels.ops import OpSpec
     from kernels.targets import TargetProfile
-    from tuner.search import Progress, TuneResult
+    from tuner.search import Progress, Tuner, TuneResult
     from tuner.types import Shape
 
 log = logging.getLogger(__name__)
@@ -75,6 +81,14 @@ class _Held:
     spent_before: int  # the job's evaluations when it was claimed
     lost: threading.Event = field(default_factory=threading.Event)
     last_progress: float = 0.0
+
+
+@dataclass
+class _Assisting:
+    """The job this worker assists right now."""
+
+    job: JobRow
+    lost: threading.Event = field(default_factory=threading.Event)
 
 
 def worker_id_for(target: str, device: int | None) -> str:
@@ -163,7 +177,9 @@ class Worker:
         self._closed = threading.Event()
         self._lock = threading.Lock()
         self._held: _Held | None = None
+        self._assisting: _Assisting | None = None
         self.jobs_done = 0
+        self.jobs_assisted = 0
 
     # -- control -----------------------------------------------------------------------------
     def stop(self) -> None:
@@ -192,6 +208,10 @@ class Worker:
                     log.warning("worker %s: cannot claim: %s", self.id, exc)
                     job = None
                 if job is None:
+                    if self._assist():
+                        # Do not assist again at once (the job may be out of tilings to try).
+                        self._stop.wait(self.settings.poll_s)
+                        continue
                     if self.exit_when_idle:
                         break
                     self._stop.wait(self.settings.poll_s)
@@ -244,9 +264,10 @@ class Worker:
 
     def _beat(self, status: WorkerStatus | None = None) -> None:
         with self._lock:
-            held = self._held
+            held, assisting = self._held, self._assisting
         if status is None:
-            status = WorkerStatus.BUSY if held is not None else WorkerStatus.IDLE
+            busy = held is not None or assisting is not None
+            status = WorkerStatus.BUSY if busy else WorkerStatus.IDLE
         try:
             with self.db.session() as s:
                 store.heartbeat_worker(
@@ -272,6 +293,17 @@ class Worker:
                             held.job.id,
                         )
                         held.lost.set()
+                if (
+                    assisting is not None
+                    and not assisting.lost.is_set()
+                    and not store.renew_assist(s, job_id=assisting.job.id, worker_id=self.id)
+                ):
+                    log.info(
+                        "worker %s: stops assisting job %d (not running any more)",
+                        self.id,
+                        assisting.job.id,
+                    )
+                    assisting.lost.set()
         except StoreError as exc:
             # The lease may run out meanwhile: then another worker resumes the job, and this
             # one's records stop counting for it (see the module docstring).
@@ -300,14 +332,10 @@ class Worker:
                 self._held = None
             self._beat()
 
-    def _tune(self, held: _Held) -> None:
-        from tuner.search import Budget, JobTag, Tuner
+    def _tuner(self, job: JobRow) -> Tuner:
+        """A tuner of the job's workload whose records are tagged with the job."""
+        from tuner.search import JobTag, Tuner
 
-        job = held.job
-        if job.attempts > MAX_ATTEMPTS:
-            raise JobError(
-                f"job {job.id} was claimed {job.attempts} times without finishing; giving up"
-            )
         with self.db.session() as s:
             workload = store.get_workload(s, workload_id=job.workload_id)
         if workload is None:  # pragma: no cover - a foreign key guarantees it
@@ -323,10 +351,21 @@ class Worker:
             backend=self.backend,
             db=self.db,
             settings=self.settings,
-            job=JobTag(job.id, self.id),
+            job=JobTag(job.id, self.id, budget_evals=job.budget_evals),
         )
         if tuner.workload_id != job.workload_id:  # pragma: no cover - job_inputs checks it
             raise JobError(f"job {job.id}: its workload does not match {tuner.workload.key}")
+        return tuner
+
+    def _tune(self, held: _Held) -> None:
+        from tuner.search import Budget
+
+        job = held.job
+        if job.attempts > MAX_ATTEMPTS:
+            raise JobError(
+                f"job {job.id} was claimed {job.attempts} times without finishing; giving up"
+            )
+        tuner = self._tuner(job)
 
         def on_progress(progress: Progress) -> None:
             now = time.monotonic()
@@ -338,7 +377,8 @@ class Worker:
                     s,
                     job_id=job.id,
                     worker_id=self.id,
-                    evaluations=held.spent_before + progress.evaluations,
+                    # Its assistants' evaluations too.
+                    evaluations=store.job_evaluations(s, job_id=job.id),
                     best_latency_us=progress.best_us,
                     speedup=None,
                 )
@@ -356,6 +396,78 @@ class Worker:
             should_stop=should_stop,
         )
         self._settle(held, result)
+
+    # -- assisting ---------------------------------------------------------------------------
+    def _assist(self) -> bool:
+        """Assist a running job of this worker's target until it needs no more help; False if
+        no job needs one."""
+        from tuner.search import Budget
+
+        if self.settings.max_assistants_per_job < 1 or self.stopping:
+            return False
+        try:
+            with self.db.session() as s:
+                job = store.assist_job(
+                    s,
+                    worker_id=self.id,
+                    max_assistants=self.settings.max_assistants_per_job,
+                    lease_seconds=self.settings.lease_s,
+                    targets=[self.target.name],
+                )
+                spent = 0 if job is None else store.job_evaluations(s, job_id=job.id)
+        except StoreError as exc:
+            log.warning("worker %s: cannot assist: %s", self.id, exc)
+            return False
+        if job is None:
+            return False
+        assisting = _Assisting(job)
+        with self._lock:
+            self._assisting = assisting
+        log.info(
+            "worker %s: assists job %d (held by %s, %d of %d evaluations spent)",
+            self.id,
+            job.id,
+            job.worker_id,
+            spent,
+            job.budget_evals,
+        )
+        self._beat()
+
+        def should_stop() -> bool:
+            if self.stopping or assisting.lost.is_set():
+                return True
+            with self.db.session() as s:
+                current = store.get_job(s, job_id=job.id)
+            return current is None or current.status is not JobStatus.RUNNING
+
+        try:
+            result = self._tuner(job).run(
+                Budget(max(0, job.budget_evals - spent), job.budget_seconds),
+                seed=None,  # not the holder's seed: its sampler would propose the same tilings
+                should_stop=should_stop,
+                finish=False,
+            )
+            log.info(
+                "worker %s: stopped assisting job %d after %d evaluations of its own",
+                self.id,
+                job.id,
+                result.progress.evaluations,
+            )
+        except (JobError, StoreError) as exc:
+            log.warning("worker %s: cannot assist job %d: %s", self.id, job.id, exc)
+        except Exception:
+            log.exception("worker %s: assisting job %d failed", self.id, job.id)
+        finally:
+            with self._lock:
+                self._assisting = None
+            try:
+                with self.db.session() as s:
+                    store.end_assist(s, job_id=job.id, worker_id=self.id)
+            except StoreError as exc:  # the row goes stale, then the next assistant drops it
+                log.warning("worker %s: cannot end assisting job %d: %s", self.id, job.id, exc)
+            self._beat()
+        self.jobs_assisted += 1
+        return True
 
     def _settle(self, held: _Held, result: TuneResult) -> None:
         job = held.job

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -91,3 +93,15 @@ def test_show_not_tuned(tmp_path: Path) -> None:
     done = tilewise("show", "scale_relu_dropout", "--shape", "N=4096", tmp_path=tmp_path, db=db)
     assert done.returncode == 1
     assert "not tuned" in done.stdout
+
+
+def test_cli_import_starts_no_numpy() -> None:
+    # numpy starts threads on import; `tilewise worker` must block its stop signals before
+    # any thread exists, so the CLI module must not pull numpy in at load.
+    done = subprocess.run(
+        [sys.executable, "-c", "import sys, tuner.cli; print('numpy' in sys.modules)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert done.stdout.strip() == "False"

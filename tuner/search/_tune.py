@@ -17,7 +17,9 @@ end the best few and the default are re-measured side by side before the winner 
 
 Several tuners (workers) may share one workload's study: each re-reads the records right before
 it evaluates a tiling, and skips a proposal that another tuner is evaluating at that moment (a
-running trial of the study with the same parameters), so no tiling is measured twice.
+running trial of the study with the same parameters), so no tiling is measured twice. That is
+also how a job's holder and its assistants (idle workers that help with a running job) share
+the job's budget; only the holder re-measures and stores the winner.
 """
 
 from __future__ import annotations
@@ -58,10 +60,17 @@ class Budget:
 @dataclass(frozen=True)
 class JobTag:
     """The job a worker's tuner works for: its records carry ``job_id`` while ``worker_id``
-    holds the job, so the job's evaluations can be counted exactly from the records."""
+    holds or assists the running job and, for evaluations, the job's budget is not spent
+    (:func:`tuner.store.may_tag_record`), so the job's evaluations are counted exactly from
+    the records.
+
+    With ``budget_evals`` the search also ends as soon as the job has spent that many
+    evaluations, whoever spent them (its holder or its assistants).
+    """
 
     job_id: int
     worker_id: str
+    budget_evals: int | None = None
 
 
 @dataclass
@@ -193,9 +202,15 @@ class Tuner:
             # A job that is not held any more (reclaimed, cancelled) keeps no record of this
             # worker's: the record still serves the study, it is not one of the job's
             # evaluations.
+            # Neither is a record of an assistant that stopped assisting, nor an evaluation
+            # beyond the job's budget (another worker of the job spent it meanwhile).
+            counts = (
+                outcome.status != store.RecordStatus.INFEASIBLE
+                and fields.get("source") != store.SOURCE_REMEASURE
+            )
             job_id = None
-            if self.job is not None and store.holds_job(
-                s, job_id=self.job.job_id, worker_id=self.job.worker_id
+            if self.job is not None and store.may_tag_record(
+                s, job_id=self.job.job_id, worker_id=self.job.worker_id, counts=counts
             ):
                 job_id = self.job.job_id
             row = store.add_record(
@@ -326,7 +341,15 @@ class Tuner:
         seed: int | None = None,
         on_progress: Callable[[Progress], None] | None = None,
         should_stop: Callable[[], bool] | None = None,
+        finish: bool = True,
     ) -> TuneResult:
+        """Search until the budget is spent (or the job's, see :class:`JobTag`), then re-measure
+        the best and store the winner (:meth:`finish`).
+
+        ``should_stop`` ends the search early: nothing is re-measured or stored
+        (``stopped``). Without ``finish`` (a worker assisting a job: its holder finishes it)
+        the search is all: ``best`` and ``default`` are None.
+        """
         started = time.monotonic()
         progress = Progress(budget=budget.evaluations)
         earlier = [o.latency_us for o in self._seen.values() if o.latency_us is not None]
@@ -340,9 +363,9 @@ class Tuner:
         finally:
             storage.engine.dispose()
         progress.screened, progress.screened_out = self.screened, self.screened_out
-        if stopped:
+        if stopped or not finish:
             return TuneResult(
-                self.workload, None, None, progress, time.monotonic() - started, stopped=True
+                self.workload, None, None, progress, time.monotonic() - started, stopped=stopped
             )
         default = self.spec.default_tiling(self.shape, self.dtype, self.target)
         best, default_measured = self.finish(default)
@@ -380,6 +403,8 @@ class Tuner:
         proposals = consecutive_duplicates = 0
         while progress.evaluations < budget.evaluations and proposals < max_proposals:
             if budget.seconds is not None and time.monotonic() - started > budget.seconds:
+                break
+            if self._job_budget_spent():
                 break
             if should_stop is not None and should_stop():
                 return True
@@ -419,6 +444,15 @@ class Tuner:
             if on_progress is not None:
                 on_progress(progress)
         return False
+
+    def _job_budget_spent(self) -> bool:
+        """Whether the job's evaluations (this tuner's and its other workers') reached its
+        budget."""
+        if self.job is None or self.job.budget_evals is None:
+            return False
+        with self.db.session() as s:
+            spent = store.job_evaluations(s, job_id=self.job.job_id)
+        return spent >= self.job.budget_evals
 
     def _search_space(self) -> SearchSpace:
         """The tunables, and the static check as the sampler's feasibility test."""

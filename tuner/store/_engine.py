@@ -108,9 +108,11 @@ def _install_sqlite_hooks(engine: Engine) -> None:
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
         try:
+            # busy_timeout first: switching a brand-new file to WAL takes a lock, and a second
+            # process opening it at the same moment must wait for it, not fail.
+            cursor.execute(f"PRAGMA busy_timeout={int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
             cursor.execute("PRAGMA journal_mode=WAL")
             cursor.execute("PRAGMA foreign_keys=ON")
-            cursor.execute(f"PRAGMA busy_timeout={int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
             # Safe with WAL (a power cut may lose the last commits, never corrupt the file).
             cursor.execute("PRAGMA synchronous=NORMAL")
         finally:

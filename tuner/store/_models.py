@@ -190,6 +190,21 @@ class JobModel(Base):
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
 
 
+class JobAssistModel(Base):
+    """A worker assisting a running job: it tunes the job's study without holding its lease.
+
+    Its records count for the job (see ``tuner.store.may_tag_record``) while its row is here;
+    ``heartbeat_at`` is refreshed while it assists, and a row older than a lease is stale (not
+    counted against ``max_assistants_per_job``, removed by the next assistant of the job).
+    """
+
+    __tablename__ = "tw_job_assists"
+
+    job_id: Mapped[int] = mapped_column(ForeignKey("tw_jobs.id"), primary_key=True)
+    worker_id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    heartbeat_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
 class WorkerModel(Base):
     __tablename__ = "tw_workers"
 

@@ -28,7 +28,14 @@ from tuner.store import (
 )
 from tuner.store._models import TABLE_NAMES, Base
 
-OUR_TABLES = {"tw_workloads", "tw_records", "tw_tilings", "tw_jobs", "tw_workers"}
+OUR_TABLES = {
+    "tw_workloads",
+    "tw_records",
+    "tw_tilings",
+    "tw_jobs",
+    "tw_job_assists",
+    "tw_workers",
+}
 
 
 def _tables(url: str) -> set[str]:

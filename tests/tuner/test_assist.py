@@ -1,0 +1,346 @@
+"""Assisting: idle workers help with a running job, and the job's budget stays exact."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kernels.backends import Backend, BuildResult, MeasureOptions, RunResult
+from kernels.ops import OpSpec, get_op
+from kernels.targets import TargetProfile, twin_target
+from tuner import store
+from tuner.search import Budget, JobTag, Progress, Tuner
+from tuner.settings import Settings
+from tuner.store import JobStatus
+from tuner.store._models import utcnow
+from tuner.types import Shape, Tiling, Workload
+from tuner.worker import Worker
+
+OP = "scale_relu_dropout"
+
+
+class FakeBackend(Backend):
+    """Latency is a function of the tiling; counts every checked launch per tiling."""
+
+    name = "fake"
+
+    def __init__(self) -> None:
+        self.checked: Counter[str] = Counter()
+
+    def build(self, spec: OpSpec, defines: dict[str, str]) -> BuildResult:
+        return BuildResult(ok=True, key=repr(sorted(defines.items())), artifact=Path("/x"))
+
+    def run(
+        self,
+        build: BuildResult,
+        spec: OpSpec,
+        *,
+        shape: Shape,
+        dtype: str,
+        target: TargetProfile,
+        tiling: Tiling,
+        check: bool,
+        measure: MeasureOptions,
+    ) -> RunResult:
+        if check:
+            self.checked[tiling.key()] += 1
+        latency = 1000.0 / tiling["blockDim"] + abs(tiling["tileLength"] - 2048) / 100
+        return RunResult("ok", (latency, latency * 1.01, latency * 0.99))
+
+
+class SlowTwin(Backend):
+    """The real cpu-twin backend, each checked launch slowed down a little so that two workers
+    on one small budget both get to evaluate (the build cache may make them very fast)."""
+
+    name = "cpu-twin"
+
+    def __init__(self, settings: Settings, delay_s: float) -> None:
+        from kernels.backends._cpu_twin import CpuTwinBackend
+
+        self.inner = CpuTwinBackend(settings)
+        self.delay_s = delay_s
+        self.checked: set[str] = set()  # tilings launched with the check (evaluations)
+
+    def build(self, spec: OpSpec, defines: dict[str, str]) -> BuildResult:
+        return self.inner.build(spec, defines)
+
+    def run(self, build: BuildResult, spec: OpSpec, **kwargs: Any) -> RunResult:
+        if kwargs.get("check"):
+            self.checked.add(kwargs["tiling"].key())
+            time.sleep(self.delay_s)
+        return self.inner.run(build, spec, **kwargs)
+
+    def environment(self) -> dict[str, Any]:
+        return self.inner.environment()
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+@pytest.fixture(scope="session")
+def twin_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The build cache the worker tests share (same directory as in test_worker.py)."""
+    return tmp_path_factory.getbasetemp() / "twin-build-cache"
+
+
+@pytest.fixture
+def settings(db_url: str, twin_cache: Path) -> Settings:
+    return Settings(
+        db_url=db_url,
+        cache_dir=twin_cache,
+        repeats=3,
+        remeasure_top=2,
+        lease_s=30.0,
+        heartbeat_s=0.2,
+        poll_s=0.1,
+    )
+
+
+@pytest.fixture
+def db(settings: Settings) -> Iterator[store.Store]:
+    opened = store.open_store(settings.db_url)
+    yield opened
+    opened.close()
+
+
+def queue_job(db: store.Store, *, n: int = 3072, budget: int = 3) -> store.JobRow:
+    spec = get_op(OP)
+    workload = Workload(OP, spec.version, "cpu-twin", "float32", Shape({"N": n}))
+    with db.session() as s:
+        row = store.commit_workload(s, workload)
+        return store.create_job(s, workload_id=row.id, budget_evals=budget, seed=1)
+
+
+def get_job(db: store.Store, job_id: int) -> store.JobRow:
+    with db.session() as s:
+        job = store.get_job(s, job_id=job_id)
+    assert job is not None
+    return job
+
+
+def spent(db: store.Store, job_id: int) -> int:
+    with db.session() as s:
+        return store.job_evaluations(s, job_id=job_id)
+
+
+def make_tuner(
+    db: store.Store, settings: Settings, backend: Backend, job: JobTag | None, n: int = 3072
+) -> Tuner:
+    return Tuner(
+        spec=get_op(OP),
+        shape=Shape({"N": n}),
+        dtype="float32",
+        target=twin_target(),
+        backend=backend,
+        db=db,
+        settings=settings,
+        job=job,
+    )
+
+
+def tilings(count: int) -> list[Tiling]:
+    return [
+        Tiling({"tileLength": tile, "blockDim": block, "bufferNum": 2})
+        for tile in (1024, 2048, 4096)
+        for block in (4, 8, 16)
+    ][:count]
+
+
+# ---------------------------------------------------------------------------------------------
+# The store
+
+
+def test_assist_job_registers_at_most_max_assistants_on_the_job_with_most_left(
+    db: store.Store,
+) -> None:
+    small, big = queue_job(db, budget=3), queue_job(db, n=6144, budget=10)
+    with db.session() as s:
+        assert store.assist_job(s, worker_id="a", max_assistants=1, lease_seconds=30) is None
+        assert store.claim_job(s, worker_id="h1", lease_seconds=30) is not None
+        assert store.claim_job(s, worker_id="h2", lease_seconds=30) is not None
+        # A worker never assists the job it holds.
+        mine = store.assist_job(s, worker_id="h2", max_assistants=1, lease_seconds=30)
+        assert mine is not None and mine.id == small.id
+        store.end_assist(s, job_id=small.id, worker_id="h2")
+        first = store.assist_job(s, worker_id="a", max_assistants=1, lease_seconds=30)
+        assert first is not None and first.id == big.id  # the most evaluations left
+        second = store.assist_job(s, worker_id="b", max_assistants=1, lease_seconds=30)
+        assert second is not None and second.id == small.id  # big has its one assistant
+        assert store.assist_job(s, worker_id="c", max_assistants=1, lease_seconds=30) is None
+        assert store.job_assistants(s, job_id=big.id) == ["a"]
+        # A stale assistant (no heartbeat for a lease) is replaced, and learns it.
+        later = utcnow() + timedelta(seconds=31)
+        for job, holder in ((small, "h1"), (big, "h2")):
+            store.renew_lease(s, job_id=job.id, worker_id=holder, lease_seconds=30, now=later)
+        third = store.assist_job(s, worker_id="c", max_assistants=1, lease_seconds=30, now=later)
+        assert third is not None and third.id == big.id
+        assert store.job_assistants(s, job_id=big.id) == ["c"]
+        assert not store.renew_assist(s, job_id=big.id, worker_id="a")
+        assert store.renew_assist(s, job_id=big.id, worker_id="c")
+        store.cancel_job(s, job_id=big.id)
+        assert not store.renew_assist(s, job_id=big.id, worker_id="c")
+
+
+def test_tagging_rule(settings: Settings, db: store.Store) -> None:
+    job = queue_job(db, budget=2)
+    with db.session() as s:
+        assert not store.may_tag_record(s, job_id=job.id, worker_id="h")  # queued
+        assert store.claim_job(s, worker_id="h", lease_seconds=30) is not None
+        assert store.assist_job(s, worker_id="a", max_assistants=1, lease_seconds=30)
+    with db.session() as s:
+        assert store.may_tag_record(s, job_id=job.id, worker_id="h")
+        assert store.may_tag_record(s, job_id=job.id, worker_id="a")
+        assert not store.may_tag_record(s, job_id=job.id, worker_id="x")
+        assert not store.may_tag_record(s, job_id=job.id, worker_id="x", counts=False)
+
+    holder = make_tuner(db, settings, FakeBackend(), JobTag(job.id, "h", budget_evals=2))
+    helper = make_tuner(db, settings, FakeBackend(), JobTag(job.id, "a", budget_evals=2))
+    a, b, c, d = tilings(4)
+    holder.evaluate(a, source="search", progress=Progress(budget=2))
+    helper.evaluate(b, source="search", progress=Progress(budget=2))
+    assert spent(db, job.id) == 2
+    with db.session() as s:
+        # The budget is reached: evaluations are not tagged any more, re-measures still are.
+        assert not store.may_tag_record(s, job_id=job.id, worker_id="h")
+        assert not store.may_tag_record(s, job_id=job.id, worker_id="a")
+        assert store.may_tag_record(s, job_id=job.id, worker_id="h", counts=False)
+        assert store.may_tag_record(s, job_id=job.id, worker_id="a", counts=False)
+    late = helper.evaluate(c, source="search", progress=Progress(budget=2))
+    assert late.status == "ok"
+    with db.session() as s:
+        records = {r.tiling_key: r for r in store.records_for(s, workload_id=job.workload_id)}
+    assert records[a.key()].job_id == records[b.key()].job_id == job.id
+    assert records[c.key()].job_id is None  # budget reached -> untagged, still in the study
+    assert spent(db, job.id) == 2
+    # An assistant that stopped assisting tags nothing.
+    with db.session() as s:
+        store.end_assist(s, job_id=job.id, worker_id="a")
+        assert not store.may_tag_record(s, job_id=job.id, worker_id="a", counts=False)
+    # The job no longer running: nobody tags.
+    with db.session() as s:
+        store.cancel_job(s, job_id=job.id)
+        assert not store.may_tag_record(s, job_id=job.id, worker_id="h", counts=False)
+    holder.evaluate(d, source="search", progress=Progress(budget=2))
+    with db.session() as s:
+        record = store.find_record(s, workload_id=job.workload_id, tiling_key=d.key())
+    assert record is not None and record.job_id is None
+
+
+def test_holder_stops_when_assistants_spent_the_budget_and_finishes(
+    settings: Settings, db: store.Store
+) -> None:
+    job = queue_job(db, budget=3)
+    with db.session() as s:
+        assert store.claim_job(s, worker_id="h", lease_seconds=30) is not None
+        assert store.assist_job(s, worker_id="a", max_assistants=1, lease_seconds=30)
+    helper = make_tuner(db, settings, FakeBackend(), JobTag(job.id, "a", budget_evals=3))
+    for tiling in tilings(3):
+        helper.evaluate(tiling, source="search", progress=Progress(budget=3))
+    assert spent(db, job.id) == 3
+    backend = FakeBackend()
+    holder = make_tuner(db, settings, backend, JobTag(job.id, "h", budget_evals=3))
+    result = holder.run(Budget(3), seed=1)
+    assert not result.stopped and result.best is not None
+    assert result.progress.evaluations == 0 and not backend.checked
+    assert spent(db, job.id) == 3
+    with db.session() as s:
+        assert store.get_tiling(s, workload_id=job.workload_id) is not None
+
+
+def test_an_assistant_never_finishes(settings: Settings, db: store.Store) -> None:
+    job = queue_job(db, budget=3)
+    with db.session() as s:
+        assert store.claim_job(s, worker_id="h", lease_seconds=30) is not None
+        assert store.assist_job(s, worker_id="a", max_assistants=1, lease_seconds=30)
+    helper = make_tuner(db, settings, FakeBackend(), JobTag(job.id, "a", budget_evals=3))
+    result = helper.run(Budget(3), seed=2, finish=False)
+    assert result.best is None and not result.stopped
+    assert spent(db, job.id) == 3
+    with db.session() as s:
+        assert store.get_tiling(s, workload_id=job.workload_id) is None
+        records = store.records_for(s, workload_id=job.workload_id)
+    assert not [r for r in records if r.source == store.SOURCE_REMEASURE]
+    assert get_job(db, job.id).status is JobStatus.RUNNING
+
+
+def test_no_assistants_when_disabled(settings: Settings, db: store.Store) -> None:
+    job = queue_job(db, budget=3)
+    with db.session() as s:
+        assert store.claim_job(s, worker_id="h", lease_seconds=30) is not None
+    off = settings.model_copy(update={"max_assistants_per_job": 0})
+    worker = Worker(settings=off, db=db, backend=FakeBackend(), exit_when_idle=True)
+    assert worker.run() == 0 and worker.jobs_assisted == 0
+    assert spent(db, job.id) == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Two workers, one job, the real cpu-twin
+
+
+@pytest.mark.slow
+def test_a_holder_and_an_assistant_spend_the_budget_exactly(
+    settings: Settings, db: store.Store
+) -> None:
+    job = queue_job(db, n=6144, budget=8)
+    holder_backend = SlowTwin(settings, delay_s=0.3)
+    helper_backend = SlowTwin(settings, delay_s=0.3)
+    holder = Worker(
+        settings=settings, backend=holder_backend, worker_id="holder", exit_when_idle=True
+    )
+    helper = Worker(
+        settings=settings, backend=helper_backend, worker_id="helper", exit_when_idle=True
+    )
+    threads = [threading.Thread(target=holder.run), threading.Thread(target=helper.run)]
+    try:
+        threads[0].start()
+        # The helper starts once the holder has measured a tiling: then the job is running, and
+        # the twin's runner binary is built (two backends of one process must not build it at
+        # once: its temporary file is named after the process).
+        deadline = time.monotonic() + 120
+        while spent(db, job.id) < 1 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        running = get_job(db, job.id)
+        assert running.status is JobStatus.RUNNING and running.worker_id == "holder"
+        threads[1].start()
+        for thread in threads:
+            thread.join(timeout=240)
+        assert not any(t.is_alive() for t in threads)
+    finally:
+        holder.stop()
+        helper.stop()
+        for thread in threads:
+            if thread.is_alive():
+                thread.join(timeout=60)
+        holder_backend.close()
+        helper_backend.close()
+    assert holder.jobs_done == 1 and helper.jobs_done == 0 and helper.jobs_assisted >= 1
+    done = get_job(db, job.id)
+    assert done.status is JobStatus.SUCCEEDED, done.error
+    assert done.worker_id == "holder"
+    with db.session() as s:
+        assert store.job_evaluations(s, job_id=job.id) == 8
+        records = store.records_for(s, workload_id=job.workload_id)
+        tables = store.best_tilings(s, op=OP)
+    assert done.evaluations == 8
+    counted = [
+        r
+        for r in records
+        if r.job_id == job.id
+        and r.status is not store.RecordStatus.INFEASIBLE
+        and r.source != store.SOURCE_REMEASURE
+    ]
+    assert len(counted) == 8
+    # Tagged evaluations come from both workers, and no tiling was evaluated by both.
+    keys = {r.tiling_key for r in counted}
+    assert keys & holder_backend.checked and keys & helper_backend.checked
+    assert not holder_backend.checked & helper_backend.checked
+    measured = [r.tiling_key for r in records if r.source != store.SOURCE_REMEASURE]
+    assert len(measured) == len(set(measured)), Counter(measured).most_common(3)
+    assert [w.id for w, _ in tables] == [job.workload_id]
