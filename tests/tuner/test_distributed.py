@@ -108,3 +108,32 @@ def test_two_workers_on_one_study_never_measure_a_tiling_twice(
     assert spent == [6, 6]
     keys = [r.tiling_key for r in records if r.source != store.SOURCE_REMEASURE]
     assert len(keys) == len(set(keys)), Counter(keys).most_common(3)
+
+
+def test_api_and_two_worker_processes_on_postgres(pg_url: str, twin_cache: Path) -> None:
+    """A build system's view: jobs posted through the API, tuned by two worker processes,
+    results read back through the API."""
+    from fastapi.testclient import TestClient
+
+    from api import create_app
+    from tuner.settings import Settings
+
+    settings = Settings(_env_file=None, db_url=pg_url, api_token="t0ken", dev_mode=False)  # type: ignore[call-arg]
+    auth = {"Authorization": "Bearer t0ken"}
+    with TestClient(create_app(settings)) as client:
+        posted = [
+            client.post("/v1/jobs", headers=auth, json={"op": OP, "shape": {"N": n}, "budget": 3})
+            for n in (3072, 6144)
+        ]
+        assert [p.status_code for p in posted] == [202, 202], [p.text for p in posted]
+        for done in _workers(pg_url, twin_cache, 2):
+            assert done.returncode == 0, done.stderr
+        for p in posted:
+            job = client.get(f"/v1/jobs/{p.json()['id']}").json()
+            assert job["status"] == "succeeded" and job["evaluations"] == 3, job
+            shape = p.json()["workload"]["shape"]
+            answer = client.get(f"/v1/tilings/{OP}", params={"shape": f"N={shape['N']}"}).json()
+            assert answer["source"] == "exact", answer
+        # Asking again for a tuned workload answers at once with the stored result.
+        again = client.post("/v1/jobs", headers=auth, json={"op": OP, "shape": {"N": 3072}})
+        assert again.status_code == 200 and again.json()["status"] == "tuned"
