@@ -4,4 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
+# Migrations are a prestart step: a database left by an older checkout is brought to this
+# code's schema (a new one is created on first use anyway).
+.venv/bin/tilewise db upgrade
 exec .venv/bin/tilewise tune linear_add_gelu --shape M=512,N=512,K=512 --budget 30 "$@"
