@@ -167,7 +167,12 @@ class Worker:
             if backend is None:
                 from kernels.backends import create_backend
 
-                backend = create_backend(self.target.backend)
+                backend = create_backend(
+                    self.target.backend,
+                    settings=settings,
+                    target=self.target,
+                    device=self.device or 0,
+                )
         except BaseException:
             if self._own_db:
                 self.db.close()

@@ -22,8 +22,20 @@ def default_json(dtype: str = "float32") -> str:
 
 def test_check_valid_tiling_with_compiler(tmp_path: Path) -> None:
     pytest.importorskip("ascendnpuir")
-    done = tilewise("check", "linear_add_gelu", "--shape", SHAPE, "--target", "ascend910b1",
-                    "--tiling", default_json(), "--compiler", "--predict", "--json", tmp_path=tmp_path)  # fmt: skip
+    done = tilewise(
+        "check",
+        "linear_add_gelu",
+        "--shape",
+        SHAPE,
+        "--target",
+        "ascend910b1",
+        "--tiling",
+        default_json(),
+        "--compiler",
+        "--predict",
+        "--json",
+        tmp_path=tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
     assert out["valid"] is True and out["reasons"] == []
@@ -36,8 +48,18 @@ def test_check_valid_tiling_with_compiler(tmp_path: Path) -> None:
 def test_check_invalid_tiling_exits_1_with_reasons(tmp_path: Path) -> None:
     tiling = json.loads(default_json())
     tiling.update(baseN=256, baseK=64, epiRows=128)
-    done = tilewise("check", "linear_add_gelu", "--shape", SHAPE, "--target", "ascend910b1",
-                    "--tiling", json.dumps(tiling), "--json", tmp_path=tmp_path)  # fmt: skip
+    done = tilewise(
+        "check",
+        "linear_add_gelu",
+        "--shape",
+        SHAPE,
+        "--target",
+        "ascend910b1",
+        "--tiling",
+        json.dumps(tiling),
+        "--json",
+        tmp_path=tmp_path,
+    )
     assert done.returncode == 1
     out = json.loads(done.stdout)
     assert not out["valid"] and any(r.startswith("L0B overflow") for r in out["reasons"])
@@ -63,9 +85,24 @@ def test_check_bad_tiling_is_exit_2(tiling: str, message: str, tmp_path: Path) -
 
 def test_predict_ranks_without_measuring_or_writing(tmp_path: Path) -> None:
     db = tmp_path / "never.db"
-    done = tilewise("tune", "linear_add_gelu", "--shape", SHAPE, "--target", "ascend910b1",
-                    "--dtype", "float16", "--predict", "--budget", "5", "--seed", "3", "--json",
-                    tmp_path=tmp_path, db=f"sqlite:///{db}")  # fmt: skip
+    done = tilewise(
+        "tune",
+        "linear_add_gelu",
+        "--shape",
+        SHAPE,
+        "--target",
+        "ascend910b1",
+        "--dtype",
+        "float16",
+        "--predict",
+        "--budget",
+        "5",
+        "--seed",
+        "3",
+        "--json",
+        tmp_path=tmp_path,
+        db=f"sqlite:///{db}",
+    )
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
     assert "predicted" in out["label"] and "nothing was measured" in out["label"]
@@ -79,3 +116,21 @@ def test_predict_ranks_without_measuring_or_writing(tmp_path: Path) -> None:
 def test_predict_refuses_the_twin(tmp_path: Path) -> None:
     done = tilewise("tune", "linear_add_gelu", "--shape", SHAPE, "--predict", tmp_path=tmp_path)
     assert done.returncode == 2 and "models Ascend targets" in done.stderr
+
+
+def test_worker_on_an_npu_target_without_cann_says_what_is_missing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("ASCEND_HOME_PATH", raising=False)
+    monkeypatch.delenv("ASCEND_TOOLKIT_HOME", raising=False)
+    done = tilewise(
+        "worker",
+        "--target",
+        "ascend910b2",
+        "--device",
+        "3",
+        tmp_path=tmp_path,
+        db=f"sqlite:///{tmp_path / 'w.db'}",
+    )
+    assert done.returncode == 2
+    assert "CANN toolkit not found: set ASCEND_HOME_PATH or source" in done.stderr
