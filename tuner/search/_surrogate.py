@@ -69,6 +69,7 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
         self._max_features, self._min_leaf = max_features, min_leaf
         self._names: tuple[str, ...] = ()
         self._pool: list[Config] | None = None
+        self._random_cache: list[Config] | None = None
         self._pool_ready = False
         self._ranking: list[Config] = []
         self._fitted_at = -1
@@ -96,6 +97,7 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
         names = tuple(sorted(dists))
         if names != self._names:
             self._names, self._pool_ready, self._ranking, self._fitted_at = names, False, [], -1
+            self._random_cache = None  # configurations of another space
         full = {**{n: d for n, d in search_space.items() if d.single()}, **dists}
         seen, observed = self._history(study, trial, names)
         config = self._propose(full, dists, seen, observed)
@@ -155,17 +157,24 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
     def _random_configs(
         self, full: Mapping[str, BaseDistribution], dists: Mapping[str, CategoricalDistribution]
     ) -> list[Config]:
-        draws = [
-            self._rng.integers(len(dists[n].choices), size=4 * self._pool_size) for n in self._names
-        ]
-        out: list[Config] = []
+        """Random feasible configurations of a space too large to list.
+
+        The first call draws up to ``pool_size`` of them; later calls keep those and add an
+        eighth as many fresh draws, so the static check (the cost of screening) is not paid
+        again for the whole pool at every proposal.
+        """
+        first = self._random_cache is None
+        wanted = self._pool_size if first else max(1, self._pool_size // 8)
+        draws = [self._rng.integers(len(dists[n].choices), size=4 * wanted) for n in self._names]
+        found: list[Config] = []
         for row in zip(*draws, strict=True):
             config = tuple(dists[n].choices[i] for n, i in zip(self._names, row, strict=True))
             if self._feasible(full, config):
-                out.append(config)
-                if len(out) >= self._pool_size:
+                found.append(config)
+                if len(found) >= wanted:
                     break
-        return out
+        self._random_cache = list(dict.fromkeys([*(self._random_cache or []), *found]))
+        return self._random_cache
 
     def _neighbours(
         self,
