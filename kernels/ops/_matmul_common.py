@@ -34,6 +34,20 @@ def single_core(extent: int, cores: int) -> tuple[int, ...]:
     return tuple(sorted({round_up(ceil_div(extent, s), 16) for s in CORE_SPLITS if s <= cores}))
 
 
+def default_split(m: int, n: int, cores: int) -> tuple[int, int]:
+    """(singleCoreM, singleCoreN) as MultiCoreMatmulTiling would pick them: the split that uses
+    the most cores, then the least work per core, then the squarest block."""
+    best: tuple[tuple[int, int], int, int] | None = None
+    for sm in single_core(m, cores):
+        for sn in single_core(n, cores):
+            used = ceil_div(m, sm) * ceil_div(n, sn)
+            score = (-used, sm * sn + abs(sm - sn))
+            if used <= cores and (best is None or score < best[0]):
+                best = (score, sm, sn)
+    assert best is not None  # a split of 1 x 1 always fits
+    return best[1], best[2]
+
+
 def cube_tunables() -> tuple[Tunable, ...]:
     return (
         Tunable("baseM", BASE_MN, "rows of the cube's base block (L0A/L0C)"),

@@ -96,18 +96,7 @@ class LinearAddGelu(OpSpec):
         # In the spirit of matmul_tiling::MultiCoreMatmulTiling: use as many cube cores as the
         # split allows with the least work per core, start from the vendor's (128, 256, 64)
         # base block and shrink it until L0 fits, one A and one B block pair in L1.
-        cores = target.cube_cores
-        best: tuple[tuple[int, int], int, int] | None = None
-        for sm in cube.single_core(shape["M"], cores):
-            for sn in cube.single_core(shape["N"], cores):
-                used = ceil_div(shape["M"], sm) * ceil_div(shape["N"], sn)
-                if used > cores:
-                    continue
-                score = (-used, sm * sn + abs(sm - sn))
-                if best is None or score < best[0]:
-                    best = (score, sm, sn)
-        assert best is not None  # a split of 1 × 1 always fits
-        _, sm, sn = best
+        sm, sn = cube.default_split(shape["M"], shape["N"], target.cube_cores)
         base = cube.default_base(sm, sn, shape["K"], dtype, target)
         tiling = Tiling({**base, "singleCoreM": sm, "singleCoreN": sn})
         return cube.fit_epilogue(tiling, lambda t: self.check(t, shape, dtype, target).valid)

@@ -92,16 +92,7 @@ class SwigluMlp(OpSpec):
         # linear_add_gelu's heuristic: the split with the most cores and the least work each,
         # the vendor base block shrunk until both objects fit L0 and both C blocks fit UB, then
         # the largest epiRows.
-        cores = target.cube_cores
-        best: tuple[tuple[int, int], int, int] | None = None
-        for sm in cube.single_core(shape["T"], cores):
-            for sn in cube.single_core(shape["I"], cores):
-                used = ceil_div(shape["T"], sm) * ceil_div(shape["I"], sn)
-                score = (-used, sm * sn + abs(sm - sn))
-                if used <= cores and (best is None or score < best[0]):
-                    best = (score, sm, sn)
-        assert best is not None  # a split of 1 × 1 always fits
-        _, sm, sn = best
+        sm, sn = cube.default_split(shape["T"], shape["I"], target.cube_cores)
         base = cube.default_base(sm, sn, shape["H"], dtype, target, objects=OBJECTS)
         tiling = Tiling({**base, "singleCoreM": sm, "singleCoreN": sn})
         return cube.fit_epilogue(tiling, lambda t: self.check(t, shape, dtype, target).valid)
