@@ -479,7 +479,16 @@ class Tuner:
 
             ranked = rank(self.spec, self.shape, self.dtype, self.target, samples=2000, seed=0)
             tilings += [t for t, _ in ranked[:3] if t not in tilings]
-        return [t for t in tilings if t.key() not in self._seen]
+        # A neighbour's winner can pass the check here with a value outside this shape's
+        # domains (a core split of another M): Optuna cannot enqueue such a tiling.
+        domains = {t.name: set(t.values) for t in self.tunables}
+        return [
+            t
+            for t in tilings
+            if t.key() not in self._seen
+            and set(t) == set(domains)
+            and all(t[name] in values for name, values in domains.items())
+        ]
 
     def _running_elsewhere(self, study: optuna.Study, trial: optuna.Trial) -> bool:
         """Whether another running trial of the study has the same parameters.

@@ -20,7 +20,7 @@ from tuner.search import STRATEGIES, Budget, ReplaySpace, Tuner, make_sampler, r
 from tuner.search._bench import search_space_of
 from tuner.search._warm import nearest_tuned_tilings, shape_distance
 from tuner.settings import Settings
-from tuner.types import Shape, Tiling
+from tuner.types import Shape, Tiling, Workload
 
 
 @pytest.mark.parametrize("name", sorted(STRATEGIES))
@@ -161,3 +161,68 @@ def test_warm_start_measures_the_nearest_tuned_tilings_first(tmp_path: Path) -> 
     assert first[len(expected)] == default.key() or default.key() in expected
     assert Counter(backend.runs).most_common(1)[0][1] == 1  # nothing measured twice
     db.close()
+
+
+def test_warm_start_skips_tilings_outside_this_shapes_domains(tmp_path: Path) -> None:
+    """A neighbour's winner may pass the check here with a value this shape's domains lack
+    (its core split of another N): the Tuner must not enqueue it (Optuna would raise)."""
+    spec, target = get_op("linear_add_gelu"), twin_target()
+    near, here = Shape({"M": 128, "N": 512, "K": 128}), Shape({"M": 512, "N": 128, "K": 128})
+    domains = {t.name: t.values for t in spec.tunables(here, "float32", target)}
+    stranger = next(
+        t
+        for values in itertools.product(*(t.values for t in spec.tunables(near, "float32", target)))
+        for t in [Tiling(dict(zip(domains, values, strict=True)))]
+        if t["singleCoreN"] not in domains["singleCoreN"]
+        and spec.check(t, here, "float32", target).valid
+    )
+    settings = Settings(db_url=f"sqlite:///{tmp_path / 'tw.db'}", cache_dir=tmp_path / "c")
+    db = store.open_store(settings.db_url)
+    with db.session() as s:
+        workload = store.commit_workload(
+            s, Workload(spec.name, spec.version, target.name, "float32", near)
+        )
+        record = store.add_record(
+            s,
+            workload_id=workload.id,
+            tiling=stranger,
+            status="ok",
+            latency_us=1.0,
+            source="search",
+            env={},
+        )
+        store.upsert_tiling(
+            s,
+            workload_id=workload.id,
+            record_id=record.id,
+            tiling=stranger,
+            latency_us=1.0,
+            default_latency_us=None,
+            speedup=None,
+            evaluations=1,
+        )
+    backend = LatencyBackendAny()
+    result = Tuner(
+        spec=spec,
+        shape=here,
+        dtype="float32",
+        target=target,
+        backend=backend,
+        db=db,
+        settings=settings,
+    ).run(Budget(3), seed=0)
+    assert result.progress.evaluations == 3
+    assert stranger.key() not in backend.runs
+    db.close()
+
+
+class LatencyBackendAny(LatencyBackend):
+    """Any op: the latency is a fixed function of the tiling's key."""
+
+    def run(self, build: BuildResult, spec: OpSpec, **kw: object) -> RunResult:
+        tiling = kw["tiling"]
+        assert isinstance(tiling, Tiling)
+        if kw["check"]:
+            self.runs.append(tiling.key())
+        latency = 1.0 + (hash(tiling.key()) % 1000) / 1000
+        return RunResult("ok", (latency, latency, latency))
