@@ -150,6 +150,7 @@ class CpuTwinBackend(Backend):
         work = Path(tempfile.mkdtemp(prefix="build-", dir=self._builds / spec.name))
         started = time.perf_counter()
         meta: dict[str, Any] = {"ok": False}
+        timed_out = False
         try:
             (work / "variant.cpp").write_text(shim)
             compiled = self._compile([*flags, "-c", "variant.cpp", "-o", "variant.o"], work)
@@ -171,7 +172,20 @@ class CpuTwinBackend(Backend):
             meta["stack_bytes"] = max_stack_frame(work / "variant.su")
         except subprocess.TimeoutExpired:
             meta["error"] = f"compile timed out after {self.settings.build_timeout_s:.0f} s"
+            timed_out = True
         meta["seconds"] = time.perf_counter() - started
+        if timed_out:
+            # Not cached: a timeout says how loaded the machine was, not that the variant
+            # cannot build; cached, it would fail this variant for every later run and workload.
+            shutil.rmtree(work, ignore_errors=True)
+            return BuildResult(
+                ok=False,
+                key=key,
+                artifact=None,
+                error=meta["error"],
+                seconds=meta["seconds"],
+                env=env,
+            )
         (work / "build.json").write_text(json.dumps(meta))
         try:
             os.replace(

@@ -39,6 +39,7 @@ from kernels.backends import Backend, BuildLimits, BuildResult, MeasureOptions
 from kernels.ops import Check, OpSpec
 from kernels.targets import TargetProfile
 from tuner import store
+from tuner.errors import StoreError
 from tuner.search._space import distributions, tiling_from_params
 from tuner.search._strategies import SearchSpace, make_sampler
 from tuner.search._warm import nearest_tuned_tilings
@@ -349,19 +350,34 @@ class Tuner:
         ``should_stop`` ends the search early: nothing is re-measured or stored
         (``stopped``). Without ``finish`` (a worker assisting a job: its holder finishes it)
         the search is all: ``best`` and ``default`` are None.
+
+        Raises:
+            StoreError: the database (the records' or the Optuna study's) cannot be reached.
         """
         started = time.monotonic()
         progress = Progress(budget=budget.evaluations)
         earlier = [o.latency_us for o in self._seen.values() if o.latency_us is not None]
         progress.best_us = min(earlier, default=None)
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        storage = optuna_storage(self.db.url)
         try:
-            stopped = self._search(
-                storage, budget, progress, started, seed, on_progress, should_stop
-            )
-        finally:
-            storage.engine.dispose()
+            storage = optuna_storage(self.db.url)
+            try:
+                stopped = self._search(
+                    storage, budget, progress, started, seed, on_progress, should_stop
+                )
+            finally:
+                storage.engine.dispose()
+        except (optuna.exceptions.StorageInternalError, sqlalchemy.exc.OperationalError) as exc:
+            # The study's storage lost the database (a PostgreSQL restart, a locked SQLite file):
+            # a StoreError like our own store's, so a worker hands its job back and resumes it
+            # later instead of failing it for good over a transient outage.
+            cause = exc if isinstance(exc, sqlalchemy.exc.OperationalError) else exc.__cause__
+            if not isinstance(cause, sqlalchemy.exc.OperationalError):
+                raise
+            reason = str(cause.orig).strip() or type(cause.orig).__name__
+            raise StoreError(
+                f"cannot reach database {self.db.safe_url} (the Optuna study): {reason}"
+            ) from exc
         progress.screened, progress.screened_out = self.screened, self.screened_out
         if stopped or not finish:
             return TuneResult(
