@@ -4,7 +4,7 @@ The database is opened in the lifespan, once per process: a new database is migr
 another revision is refused and the app does not start (the error names the command that fixes
 it, ``tilewise db upgrade --db URL``). Everything else is wired here and nowhere else:
 exception handlers (``api.errors``), middleware (metrics outermost so that it also counts the
-413s and CORS answers, then CORS, then the body limit), routers.
+413s and CORS answers, then CORS, then the body limit, then the concurrency limit), routers.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from api import errors, routes
 from api.lookup import LookupCache
 from api.metrics import Metrics, MetricsMiddleware
-from api.middleware import BodyLimit
+from api.middleware import BodyLimit, ConcurrencyLimit
 from tuner import __version__
 from tuner.errors import SchemaError
 from tuner.settings import Settings, get_settings
@@ -34,6 +34,12 @@ Autotuning of the tiling parameters of fused Ascend C kernels.
 Reads are open; writes (`POST`) need `Authorization: Bearer <token>` (settings.api_token),
 except in dev mode. Invalid input is a 422 whose `detail[].loc` names the field at fault.
 """
+
+
+#: Requests served at once (the rest queue without a thread): below the 40 threads sync routes
+#: run in, so a request holding a database lock always finds the thread it needs to finish (see
+#: api.middleware.ConcurrencyLimit).
+MAX_CONCURRENT_REQUESTS = 32
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -74,6 +80,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.include_router(module.router)
 
     # Added innermost first.
+    app.add_middleware(ConcurrencyLimit, max_requests=MAX_CONCURRENT_REQUESTS)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     if settings.cors_origins:
         app.add_middleware(

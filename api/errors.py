@@ -1,9 +1,9 @@
 """Where domain errors become HTTP errors: the only place.
 
-* request validation (pydantic), :class:`FieldError` (an InputError naming its field) and any
-  other :class:`~tuner.errors.InputError` → **422** ``{"detail": [{"loc", "msg", "type"}]}``,
-  ``loc`` naming the field at fault (``["body", "budget"]``, ``["query", "shape"]``; empty when
-  the error cannot say);
+* request validation (pydantic), a body that is not JSON, :class:`FieldError` (an
+  InputError naming its field) and any other :class:`~tuner.errors.InputError` → **422**
+  ``{"detail": [{"loc", "msg", "type"}]}``, ``loc`` naming the field at fault
+  (``["body", "budget"]``, ``["query", "shape"]``; empty when the error cannot say);
 * :class:`NotFound` → **404** ``{"detail": "..."}``;
 * :class:`~tuner.errors.StoreError` (database unreachable or refusing), and a driver error that
   escaped translation → **503** with ``Retry-After``;
@@ -16,14 +16,18 @@ StoreError like any other: 503.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from sqlalchemy.exc import DBAPIError
+from starlette.exceptions import HTTPException
 
 from tuner.errors import InputError, StoreError, TilewiseError
 
@@ -44,11 +48,20 @@ class FieldError(InputError):
         self.loc = tuple(loc)
 
 
+class _ErrorResponse(JSONResponse):
+    """A JSON error answer in ASCII. Messages echo what the client sent, which may hold a lone
+    surrogate (``"\\ud800"`` is valid JSON, but no UTF-8): Starlette's UTF-8 rendering raised on
+    it and the 422 became a 500 (found by the API fuzz test). Escaped, it goes back as sent."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, allow_nan=False, separators=(",", ":")).encode("ascii")
+
+
 def _detail(loc: Loc, message: str) -> list[dict[str, object]]:
     return [{"loc": list(loc), "msg": message, "type": "value_error"}]
 
 
-async def _validation(request: Request, exc: Exception) -> JSONResponse:
+async def _validation(request: Request, exc: Exception) -> _ErrorResponse:
     assert isinstance(exc, RequestValidationError)
     errors = [
         {
@@ -59,40 +72,52 @@ async def _validation(request: Request, exc: Exception) -> JSONResponse:
         }
         for e in exc.errors()
     ]
-    return JSONResponse(status_code=422, content={"detail": jsonable_encoder(errors)})
+    return _ErrorResponse(status_code=422, content={"detail": jsonable_encoder(errors)})
 
 
-async def _input(request: Request, exc: Exception) -> JSONResponse:
+async def _http(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    if exc.status_code == 400 and isinstance(exc.__cause__, ValueError | RecursionError):
+        # FastAPI answers a JSON body that json.loads refuses with something else than a
+        # JSONDecodeError (not UTF-8, an integer of thousands of digits, nesting too deep) with a
+        # bare 400 "There was an error parsing the body", where any other undecodable JSON is a
+        # 422 on the body: found by the API fuzz test. Same input fault, same answer.
+        message = f"body is not valid JSON: {exc.__cause__}"
+        return _ErrorResponse(status_code=422, content={"detail": _detail(("body",), message)})
+    return await http_exception_handler(request, exc)
+
+
+async def _input(request: Request, exc: Exception) -> _ErrorResponse:
     loc: Loc = exc.loc if isinstance(exc, FieldError) else ()
-    return JSONResponse(status_code=422, content={"detail": _detail(loc, str(exc))})
+    return _ErrorResponse(status_code=422, content={"detail": _detail(loc, str(exc))})
 
 
-async def _not_found(request: Request, exc: Exception) -> JSONResponse:
-    return JSONResponse(status_code=404, content={"detail": str(exc)})
+async def _not_found(request: Request, exc: Exception) -> _ErrorResponse:
+    return _ErrorResponse(status_code=404, content={"detail": str(exc)})
 
 
-async def _store(request: Request, exc: Exception) -> JSONResponse:
+async def _store(request: Request, exc: Exception) -> _ErrorResponse:
     log.warning("database unavailable: %s", exc)
-    return JSONResponse(
+    return _ErrorResponse(
         status_code=503, content={"detail": f"database unavailable: {exc}"}, headers=_retry()
     )
 
 
-async def _dbapi(request: Request, exc: Exception) -> JSONResponse:
+async def _dbapi(request: Request, exc: Exception) -> _ErrorResponse:
     # A driver error that escaped the store's own translation (e.g. from a library opening its
     # own connection): still the database, still 503, and never the URL's password.
     assert isinstance(exc, DBAPIError)
     log.warning("database error: %s", exc.orig)
-    return JSONResponse(
+    return _ErrorResponse(
         status_code=503,
         content={"detail": f"database unavailable: {type(exc.orig).__name__}"},
         headers=_retry(),
     )
 
 
-async def _tilewise(request: Request, exc: Exception) -> JSONResponse:
+async def _tilewise(request: Request, exc: Exception) -> _ErrorResponse:
     log.error("unhandled tilewise error on %s: %s", request.url.path, exc)
-    return JSONResponse(status_code=500, content={"detail": str(exc)})
+    return _ErrorResponse(status_code=500, content={"detail": str(exc)})
 
 
 def _retry() -> dict[str, str]:
@@ -102,6 +127,7 @@ def _retry() -> dict[str, str]:
 def install(app: FastAPI) -> None:
     """Register every handler on ``app``."""
     app.add_exception_handler(RequestValidationError, _validation)
+    app.add_exception_handler(HTTPException, _http)
     app.add_exception_handler(InputError, _input)
     app.add_exception_handler(NotFound, _not_found)
     app.add_exception_handler(StoreError, _store)

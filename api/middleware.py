@@ -1,7 +1,8 @@
-"""ASGI middleware that must see the raw request: the body size limit."""
+"""ASGI middleware that must see the raw request: the body size limit, the concurrency limit."""
 
 from __future__ import annotations
 
+import anyio
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -69,3 +70,30 @@ class BodyLimit:
             return await receive()
 
         await self.app(scope, replay, send)
+
+
+class ConcurrencyLimit:
+    """Run at most ``max_requests`` requests at once; the others wait their turn on the event
+    loop, holding no thread.
+
+    Sync routes run in anyio's thread pool (40 threads), and FastAPI validates a sync route's
+    response in a second thread while the request's database session, with the locks it took
+    (SQLite's write lock, PostgreSQL's row lock on a workload), is still open. When every thread
+    waited for such a lock, its holder never got the thread it needed to finish: a burst of job
+    submissions hung until the database's 30 s timeouts and ended in 500s and 503s (found by the
+    load test). Admitting fewer requests than there are threads always leaves it one.
+    """
+
+    def __init__(self, app: ASGIApp, *, max_requests: int) -> None:
+        self.app = app
+        self.max_requests = max_requests
+        self._slots: anyio.Semaphore | None = None  # made in the event loop, on first use
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if self._slots is None:
+            self._slots = anyio.Semaphore(self.max_requests)
+        async with self._slots:
+            await self.app(scope, receive, send)

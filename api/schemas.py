@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from kernels.ops import get_op
 from kernels.targets import get_target
+from tuner.errors import InputError
 from tuner.store import JobRow, JobStatus, TilingRow, WorkerRow, WorkerStatus, WorkloadRow
 from tuner.types import MAX_DIM, Workload
 
@@ -40,7 +41,10 @@ class JobCreate(BaseModel):
     budget: int | None = Field(
         default=None, ge=1, description="Measured evaluations; settings.default_budget if absent."
     )
-    seconds: float | None = Field(default=None, gt=0, description="Optional time budget.")
+    # Finite: Python's JSON reads Infinity, which was stored as the budget and shown as null.
+    seconds: float | None = Field(
+        default=None, gt=0, allow_inf_nan=False, description="Optional time budget."
+    )
     force: bool = Field(default=False, description="Re-tune even if the workload is tuned.")
 
     # Validators run in field order; a later one sees the earlier validated values in
@@ -66,7 +70,13 @@ class JobCreate(BaseModel):
     @classmethod
     def _shape(cls, value: dict[str, int], info: ValidationInfo) -> dict[str, int]:
         if "op" in info.data:
-            return dict(get_op(info.data["op"]).validate_shape(value))
+            try:
+                return dict(get_op(info.data["op"]).validate_shape(value))
+            except InputError as exc:
+                # The message names the dims as sent; pydantic cannot carry one that is not
+                # UTF-8 (a dim name with a lone surrogate, "\ud800" in JSON): it raised, and the
+                # 422 became a 500 (found by the API fuzz test).
+                raise ValueError(str(exc).encode("utf-8", "backslashreplace").decode()) from None
         return value
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +18,9 @@ from tuner.store import JobRow, RecordRow, TilingRow, WorkloadRow
 #: Records listed on a workload page (the newest); the chart uses all of them.
 MAX_RECORDS_SHOWN = 500
 JOBS_SHOWN = 50
+
+#: A workload key (``Workload.key``): 32 hex digits.
+_KEY = re.compile(r"[0-9a-f]{32}")
 
 
 @dataclass(frozen=True)
@@ -82,7 +86,9 @@ def index(session: Session) -> dict[str, Any]:
 
 
 def workload(session: Session, key: str) -> dict[str, Any]:
-    row = store.find_workload(session, key=key)
+    # Anything else names no workload, and must not reach the database: PostgreSQL refuses a NUL
+    # in a text parameter (a 503 for a bad URL, found by the API fuzz test).
+    row = store.find_workload(session, key=key) if _KEY.fullmatch(key) else None
     if row is None:
         raise NotFound(f"no workload {key!r}")
     tiling = store.get_tiling(session, workload_id=row.id)

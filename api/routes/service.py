@@ -15,6 +15,8 @@ from tuner.errors import SchemaError
 
 router = APIRouter(tags=["service"])
 
+MAX_ALIVE_WITHIN_S = 10 * 365 * 24 * 3600.0
+
 
 @router.get("/v1/targets", response_model=list[TargetPublic])
 def get_targets() -> list[TargetPublic]:
@@ -26,7 +28,12 @@ def get_targets() -> list[TargetPublic]:
 def get_workers(
     session: SessionDep,
     alive_within: Annotated[
-        float | None, Query(gt=0, description="Only those heard from in the last N seconds.")
+        float | None,
+        # Bounded: "now - alive_within" must stay a date (a huge value was a 500, found by the
+        # API fuzz test); ten years back already lists every worker ever seen.
+        Query(
+            gt=0, le=MAX_ALIVE_WITHIN_S, description="Only those heard from in the last N seconds."
+        ),
     ] = None,
 ) -> list[WorkerPublic]:
     return [WorkerPublic.of(w) for w in store.list_workers(session, alive_within=alive_within)]

@@ -25,6 +25,7 @@ BAD_AUTH: list[dict[str, str]] = [
 ]
 
 
+@pytest.mark.reliability
 def test_writes_without_the_token_are_401(client: TestClient) -> None:
     for headers in BAD_AUTH:
         r = client.post("/v1/jobs", json=BODY, headers=headers)
@@ -36,6 +37,7 @@ def test_writes_without_the_token_are_401(client: TestClient) -> None:
     assert client.post("/v1/jobs", json=BODY, headers=AUTH).status_code == 202
 
 
+@pytest.mark.reliability
 def test_auth_comes_before_validation(client: TestClient) -> None:
     # An anonymous caller learns nothing about what a valid body is.
     assert client.post("/v1/jobs", json={"op": "nope"}).status_code == 401
@@ -46,6 +48,7 @@ def test_dev_mode_opens_writes(db_url: str) -> None:
         assert client.post("/v1/jobs", json=BODY).status_code == 202
 
 
+@pytest.mark.reliability
 def test_no_token_configured_refuses_writes(db_url: str) -> None:
     with TestClient(create_app(make_settings(db_url, api_token=None))) as client:
         r = client.post("/v1/jobs", json=BODY, headers={"Authorization": "Bearer anything"})
@@ -81,6 +84,7 @@ BAD_BODIES: list[tuple[dict[str, Any], list[str], str]] = [
 ]
 
 
+@pytest.mark.reliability
 def test_bad_job_requests_are_422_naming_the_field(small: TestClient) -> None:
     for change, loc, words in BAD_BODIES:
         r = small.post("/v1/jobs", json={**BODY, **change}, headers=AUTH)
@@ -91,6 +95,7 @@ def test_bad_job_requests_are_422_naming_the_field(small: TestClient) -> None:
     assert small.get("/v1/jobs").json()["jobs"] == []  # nothing was written
 
 
+@pytest.mark.reliability
 def test_missing_op_and_invalid_json_are_422(small: TestClient) -> None:
     r = small.post("/v1/jobs", json={"shape": {"N": 4}}, headers=AUTH)
     assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "op"]
@@ -100,6 +105,7 @@ def test_missing_op_and_invalid_json_are_422(small: TestClient) -> None:
     assert r.status_code == 422
 
 
+@pytest.mark.reliability
 def test_huge_body_is_413(small: TestClient) -> None:
     huge = {**BODY, "shape": {f"D{i}": i + 1 for i in range(2000)}}
     r = small.post("/v1/jobs", json=huge, headers=AUTH)
@@ -111,6 +117,7 @@ def test_huge_body_is_413(small: TestClient) -> None:
     assert small.post("/v1/jobs", json=BODY, headers=AUTH).status_code == 202
 
 
+@pytest.mark.reliability
 def test_cors_is_closed_by_default(client: TestClient) -> None:
     r = client.get("/v1/ops", headers={"Origin": "https://evil.example"})
     assert "access-control-allow-origin" not in r.headers
@@ -121,6 +128,7 @@ def test_cors_is_closed_by_default(client: TestClient) -> None:
     assert "access-control-allow-origin" not in pre.headers
 
 
+@pytest.mark.reliability
 def test_cors_allows_only_listed_origins(db_url: str) -> None:
     settings = make_settings(db_url, cors_origins=["https://build.example"])
     with TestClient(create_app(settings)) as client:
