@@ -71,6 +71,11 @@ def _parse_tiling(text: str) -> dict[str, int]:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError(f"--tiling is not JSON: {exc.msg} at column {exc.colno}") from None
+    except (ValueError, RecursionError) as exc:
+        # json.loads refuses some text without a JSONDecodeError: an integer of thousands of
+        # digits (ValueError), deep nesting (RecursionError). Tracebacks before; found by the CLI
+        # fuzz test.
+        raise InputError(f"--tiling is not JSON: {exc}") from None
     if not isinstance(value, dict):
         raise InputError("--tiling must be a JSON object of field: integer")
     for key, item in value.items():

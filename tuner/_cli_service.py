@@ -196,7 +196,10 @@ def register(app: typer.Typer) -> None:
     def worker(
         target: TargetOpt = "cpu-twin",
         device: Annotated[
-            int | None, typer.Option(min=0, help="Device (NPU) index this worker uses.")
+            int | None,
+            # At most int32: the workers table stores it so; a larger one made every heartbeat
+            # fail on PostgreSQL while the worker ran on, unseen (found by the CLI fuzz test).
+            typer.Option(min=0, max=2**31 - 1, help="Device (NPU) index this worker uses."),
         ] = None,
         db: DbOpt = None,
         max_jobs: Annotated[

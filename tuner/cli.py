@@ -8,6 +8,7 @@ anything is written.
 from __future__ import annotations
 
 import json
+import math
 import sys
 from typing import Annotated, Any, NoReturn
 
@@ -15,6 +16,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from typer.exceptions import TyperException
 
 from tuner.errors import InputError, TilewiseError
 from tuner.settings import Settings, get_settings
@@ -39,15 +41,21 @@ DbOpt = Annotated[str | None, typer.Option("--db", help="SQLAlchemy URL; default
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
 
 
+#: How an error line is printed: as is, unwrapped whatever the terminal's width.
+_ONE_LINE: dict[str, Any] = {"markup": False, "highlight": False, "soft_wrap": True}
+
+
 def _fail(message: str) -> NoReturn:
     # One line, whatever the cause printed: scripts grep it.
-    err.print(f"error: {' '.join(message.split())}", markup=False, highlight=False, soft_wrap=True)
+    err.print(f"error: {' '.join(message.split())}", **_ONE_LINE)
     raise typer.Exit(2)
 
 
 def _settings(db: str | None) -> Settings:
     settings = get_settings()
-    return settings.model_copy(update={"db_url": db}) if db else settings
+    # `is not None`: an empty --db (say "$DB_URL" unset) is a bad URL, not the default database
+    # (`db upgrade --db ""` migrated the default SQLite file; found by the CLI fuzz test).
+    return settings.model_copy(update={"db_url": db}) if db is not None else settings
 
 
 def _workload_inputs(op: str, shape: str, dtype: str, target: str, settings: Settings):  # type: ignore[no-untyped-def]
@@ -125,8 +133,19 @@ def tune(
         spec, parsed, dtype, profile = _workload_inputs(op, shape, dtype, target, settings)
         if not 1 <= budget <= settings.max_budget:
             raise InputError(f"budget must be between 1 and {settings.max_budget}, got {budget}")
-        if seconds is not None and seconds <= 0:
-            raise InputError(f"seconds must be positive, got {seconds}")
+        # `not 0 < seconds < inf`: a NaN passed `seconds <= 0` and tuned with no time limit.
+        if seconds is not None and not 0 < seconds < math.inf:
+            raise InputError(f"seconds must be a positive number, got {seconds}")
+        _check_seed(seed)
+        if not predict:
+            # Checked before the database is opened: the Tuner met an unknown strategy only
+            # after creating it (found by the CLI fuzz test).
+            from tuner.search._strategies import STRATEGIES
+
+            if strategy not in STRATEGIES:
+                raise InputError(
+                    f"unknown strategy {strategy!r}; known: {', '.join(sorted(STRATEGIES))}"
+                )
         if predict:
             _tune_predict(spec, parsed, dtype, profile, top=budget, seed=seed, as_json=as_json)
             return
@@ -207,6 +226,17 @@ def tune(
         )
 
 
+#: Samplers seed numpy's generators, which take 0 .. 2**32 - 1.
+MAX_SEED = 2**32 - 1
+
+
+def _check_seed(seed: int | None) -> None:
+    # numpy raised a ValueError deep in the first trial (a traceback after the database was
+    # written; found by the CLI fuzz test).
+    if seed is not None and not 0 <= seed <= MAX_SEED:
+        raise InputError(f"seed must be between 0 and {MAX_SEED}, got {seed}")
+
+
 def _tune_predict(
     spec: Any, shape: Shape, dtype: str, profile: Any, *, top: int, seed: int | None, as_json: bool
 ) -> None:
@@ -264,6 +294,7 @@ def _tune_replay(
             raise InputError("replay needs --space FILE.csv, a recorded space")
         if budget < 1:
             raise InputError(f"budget must be at least 1, got {budget}")
+        _check_seed(seed)
         replay = ReplaySpace(space)
         sampler = make_sampler(seed, strategy=strategy, space=search_space_of(replay))
     except TilewiseError as exc:
@@ -352,8 +383,12 @@ def _missing_sqlite_file(url: str) -> bool:
     from pathlib import Path
 
     from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
 
-    parsed = make_url(url)
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return False  # not a URL at all: opening it says so (a traceback here before)
     database = parsed.database or ""
     return (
         parsed.get_backend_name() == "sqlite"
@@ -390,10 +425,24 @@ _register_commands()
 
 def main() -> None:
     try:
-        app()
+        code = app(standalone_mode=False)
+    except TyperException as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":
+            sys.exit(2)  # `tilewise` alone: typer printed the help already
+        # A malformed command line (an unknown command or option, a value of the wrong type, a
+        # missing argument) is bad input like any other: one line and exit code 2, not click's
+        # usage block and framed message (found by the CLI fuzz test).
+        ctx = getattr(exc, "ctx", None)
+        hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
+        err.print(f"error: {' '.join(exc.format_message().split())}{hint}", **_ONE_LINE)
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        err.print("aborted", highlight=False)
+        sys.exit(1)
     except TilewiseError as exc:  # anything not caught closer to its cause
-        err.print(f"error: {exc}", markup=False, highlight=False)
+        err.print(f"error: {' '.join(str(exc).split())}", **_ONE_LINE)
         sys.exit(2)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

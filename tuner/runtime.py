@@ -161,13 +161,25 @@ class TilingTable:
                 f"{entry.op} {entry.target} {entry.dtype} {entry.shape}: "
                 f"not a dtype and shape of {entry.op} (dims {', '.join(spec.dims)})"
             )
-        names = {t.name for t in spec.tunables(entry.shape, entry.dtype, profile)}
+        tunables = spec.tunables(entry.shape, entry.dtype, profile)
+        names = {t.name for t in tunables}
         if set(entry.tiling) != names:
             raise TableFormatError(
                 f"{entry.op} {entry.target} {entry.dtype} {entry.shape}: tiling fields "
                 f"{', '.join(sorted(entry.tiling))} are not the op's tunables "
                 f"{', '.join(sorted(names))}"
             )
+        # A tuned tiling holds values within its own workload's domains (the tuner proposes
+        # nothing else, the default tiling lies in them too). The op's checks assume so: a
+        # tampered dbL0C of 2**31 - 1 made a nearest lookup build that many buffers, a stepM of
+        # 0 divided by zero (found by the loader fuzz test).
+        for tunable in tunables:
+            value, low, high = entry.tiling[tunable.name], min(tunable.values), max(tunable.values)
+            if not low <= value <= high:
+                raise TableFormatError(
+                    f"{entry.op} {entry.target} {entry.dtype} {entry.shape}: tiling "
+                    f"{tunable.name}={value} is outside its domain {low}..{high} for this workload"
+                )
         return None
 
     # -- loading -------------------------------------------------------------------------------

@@ -10,8 +10,10 @@ import os
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from tuner.errors import ConfigError
 
 
 def _data_home() -> Path:
@@ -110,4 +112,14 @@ class Settings(BaseSettings):
 
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
-    return Settings()
+    """The process's settings; a bad value in the environment or ``.env`` is a
+    :class:`~tuner.errors.ConfigError` naming the variable, not a pydantic traceback."""
+    try:
+        return Settings()
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"TILEWISE_{'_'.join(str(part) for part in e['loc']).upper()}={e.get('input')!r}: "
+            f"{e['msg']}"
+            for e in exc.errors()
+        )
+        raise ConfigError(f"bad setting: {problems}") from None

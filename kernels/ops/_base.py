@@ -286,10 +286,18 @@ class OpSpec(ABC):
                 + (f"; missing {', '.join(missing)}" if missing else "")
                 + (f"; unknown {', '.join(extra)}" if extra else "")
             )
-        reasons = self.rules(tiling, shape, dtype, target)
-        constraints: dict[str, float] = {"rules": float(len(reasons))}
-        footprint = self.footprint(tiling, shape, dtype, target)
         limits = target.limits(mix=self.mix)
+        try:
+            reasons = self.rules(tiling, shape, dtype, target)
+            footprint = self.footprint(tiling, shape, dtype, target)
+        except ArithmeticError as exc:
+            # Values far outside the tunables' domains (a zero step, a zero base) break the rules'
+            # own arithmetic: such a tiling is invalid, not a crash. Found by the CLI fuzz test
+            # (`tilewise check`); a tampered table reached it through the runtime's nearest too.
+            reason = f"tiling values outside every domain: {exc}"
+            broken = {"rules": 1.0, **dict.fromkeys(MEMORIES, 0.0)}
+            return Check(False, (reason,), Footprint(), limits, broken)
+        constraints: dict[str, float] = {"rules": float(len(reasons))}
         for memory in MEMORIES:
             used, limit = getattr(footprint, memory), limits[memory]
             excess = used - limit

@@ -62,6 +62,20 @@ def test_unreachable_database(tmp_path: Path) -> None:
     assert len(lines) == 1 and "cannot reach database" in lines[0], done.stderr
 
 
+def test_a_bad_setting_in_the_environment_is_one_line_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TILEWISE_DEFAULT_BUDGET", "forty")
+    db = tmp_path / "never.db"
+    done = tilewise(
+        "show", "scale_relu_dropout", "--shape", "N=64", tmp_path=tmp_path, db=f"sqlite:///{db}"
+    )
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "TILEWISE_DEFAULT_BUDGET='forty'" in lines[0], done.stderr
+    assert not db.exists()
+
+
 def test_ops_lists_dims_dtypes_and_tunables(tmp_path: Path) -> None:
     done = tilewise("ops", "--json", tmp_path=tmp_path)
     assert done.returncode == 0, done.stderr

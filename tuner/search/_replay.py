@@ -66,24 +66,33 @@ class ReplaySpace:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         try:
-            with self.path.open(newline="") as f:
+            with self.path.open(newline="", encoding="utf-8") as f:
                 rows = list(csv.reader(f))
         except OSError as exc:
             raise InputError(f"replay: cannot read {self.path}: {exc.strerror}") from exc
+        except (UnicodeDecodeError, csv.Error) as exc:  # a traceback before (CLI fuzz test)
+            raise InputError(f"replay: {self.path} is not a CSV text file: {exc}") from None
         if not rows or rows[0][-1:] != [TIME_COLUMN] or len(rows[0]) < 2:
             raise InputError(
                 f"replay: {self.path} must have a header of tunables then {TIME_COLUMN!r}"
             )
         self.names: tuple[str, ...] = tuple(rows[0][:-1])
+        if len(set(self.names)) != len(self.names):
+            raise InputError(f"replay: {self.path} names a tunable twice")
         self._times: dict[Config, float] = {}
         for line, row in enumerate(rows[1:], start=2):
             if len(row) != len(self.names) + 1:
                 raise InputError(f"replay: {self.path}:{line} has {len(row)} fields")
             config = tuple(_parse_value(v) for v in row[:-1])
             try:
-                self._times[config] = float(row[-1])
+                time_ms = float(row[-1])
             except ValueError:
-                raise InputError(f"replay: {self.path}:{line}: bad time {row[-1]!r}") from None
+                time_ms = math.nan
+            # NaN is no time (inf is a failed configuration): it came out as `NaN` in --json,
+            # which is not JSON (found by the CLI fuzz test).
+            if math.isnan(time_ms):
+                raise InputError(f"replay: {self.path}:{line}: bad time {row[-1]!r}")
+            self._times[config] = time_ms
         if not self._times:
             raise InputError(f"replay: {self.path} has no configurations")
         self.values: dict[str, tuple[Value, ...]] = {

@@ -40,15 +40,27 @@ def safe_url(url: str | URL) -> str:
     """The URL as text with its password masked: the only form that goes into messages."""
     try:
         return make_url(url).render_as_string(hide_password=True)
-    except ArgumentError:
-        return "<unparsable database URL>"
+    except (ArgumentError, ValueError):
+        return _mask_unparsed(str(url))
+
+
+def _mask_unparsed(text: str) -> str:
+    # A mistyped URL ("postgresql//user:secret@host/db") may still hold a password: everything
+    # between the scheme and the last '@' (user and password; a password may hold '@') is masked.
+    if "@" not in text:
+        return text
+    head, host = text.rsplit("@", 1)
+    scheme = head[: head.index("//") + 2] if "//" in head else ""
+    return f"{scheme}***@{host}"
 
 
 def _parse(url: str | URL) -> URL:
     try:
         return make_url(url)
-    except ArgumentError as exc:
-        raise StoreError(f"not a database URL: {url!r} ({exc})") from exc
+    except (ArgumentError, ValueError) as exc:
+        # ValueError: a port that is not a number ("host:port"), raised by make_url itself.
+        message = _mask_unparsed(str(exc))
+        raise StoreError(f"not a database URL: {_mask_unparsed(str(url))!r} ({message})") from exc
 
 
 def _sqlite_file(url: URL) -> Path | None:
