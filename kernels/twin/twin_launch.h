@@ -17,6 +17,10 @@
 #include "kernel_operator.h"
 #include "twin_abi.h"
 
+// The C ABI of a variant: the only symbols it exports (variants build with -fvisibility=hidden,
+// so calls inside the twin and the kernel bind directly, without the PLT).
+#define TW_EXPORT extern "C" __attribute__((visibility("default")))
+
 namespace twin {
 
 using KernelCall = void (*)(uint8_t* const* gm, const void* tiling);
@@ -95,19 +99,19 @@ inline const char* ArgumentError(const char* what, uint64_t got, uint64_t want)
 
 #define TWIN_EXPORT_KERNEL(kernel, TilingType, nGm)                                                       \
     static_assert(std::is_trivially_copyable<TilingType>::value, #TilingType " must be a POD struct");    \
-    extern "C" int tw_abi_version(void) { return TW_ABI_VERSION; }                                        \
-    extern "C" uint32_t tw_tiling_bytes(void) { return uint32_t(sizeof(TilingType)); }                   \
-    extern "C" int32_t tw_gm_args(void) { return (nGm); }                                                 \
-    static void tw_call_##kernel(uint8_t* const* gm, const void* tiling)                                 \
+    TW_EXPORT int tw_abi_version(void) { return TW_ABI_VERSION; }                                         \
+    TW_EXPORT uint32_t tw_tiling_bytes(void) { return uint32_t(sizeof(TilingType)); }                     \
+    TW_EXPORT int32_t tw_gm_args(void) { return (nGm); }                                                  \
+    static void tw_call_##kernel(uint8_t* const* gm, const void* tiling)                                  \
     {                                                                                                     \
         ::twin::CallKernel(kernel, gm, *static_cast<const TilingType*>(tiling),                           \
                            std::make_index_sequence<(nGm)>{});                                            \
     }                                                                                                     \
-    extern "C" const char* tw_run(uint8_t* const* gm, int32_t n_gm, const void* tiling,                  \
-                                  uint32_t tiling_bytes, uint32_t block_dim, const TwCoreLimits* limits, \
-                                  const TwHost* host)                                                     \
+    TW_EXPORT const char* tw_run(uint8_t* const* gm, int32_t n_gm, const void* tiling,                    \
+                                 uint32_t tiling_bytes, uint32_t block_dim, const TwCoreLimits* limits,   \
+                                 const TwHost* host)                                                      \
     {                                                                                                     \
-        if (n_gm != (nGm)) return ::twin::ArgumentError("n_gm", uint64_t(n_gm), (nGm));                  \
+        if (n_gm != (nGm)) return ::twin::ArgumentError("n_gm", uint64_t(n_gm), (nGm));                   \
         if (tiling_bytes != sizeof(TilingType)) {                                                         \
             return ::twin::ArgumentError("tiling_bytes", tiling_bytes, sizeof(TilingType));               \
         }                                                                                                 \

@@ -11,7 +11,7 @@ cxx=${CXX:-clang++-19}
 out=$(mktemp -d "${TMPDIR:-/tmp}/twin_cases.XXXXXX")
 trap 'rm -rf "$out"' EXIT
 flags=(-std=c++17 -O2 -march=native -Wall -Wextra -Werror -I "$twin")
-kflags=(-std=c++17 -O3 -march=native -fPIC -Wall -Wextra -Werror -I "$twin")
+kflags=(-std=c++17 -O3 -march=native -fPIC -fvisibility=hidden -Wall -Wextra -Werror -I "$twin")
 
 fail() { echo "FAIL $*" >&2; exit 1; }
 
