@@ -4,8 +4,11 @@
 // tiles from L0A / L0B and dbL0C C blocks from L0C (errors on overflow). Iterate computes one
 // baseM x baseN block of C over the whole single-core K. Per baseK slice, A tiles come from an L1
 // cache of depthA1 / (stepM*stepKa) groups of stepM x stepKa tiles (a miss loads a whole group
-// from GM, least recently used group out); B likewise with stepN x stepKb tiles. Each tile is
-// copied L1 -> L0 (zero padded at the edges) and multiplied into the float C block in L0C.
+// from GM, least recently used group out); B likewise with stepN x stepKb tiles. Tiles are zero
+// padded at the edges when they reach L1 (B in the micro-kernel's panel layout), go L1 -> L0 (a
+// conversion for half, nothing to move for float) and are multiplied into the float C block in
+// L0C by a register-blocked micro-kernel (8 x 32 with AVX-512, 6 x 16 with AVX2), skipping what
+// is only padding.
 #pragma once
 
 #include <algorithm>
@@ -15,7 +18,7 @@
 
 #include "pipe.h"
 
-#if defined(__AVX2__) && defined(__FMA__)
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 #include <immintrin.h>
 #endif
 
@@ -59,12 +62,53 @@ inline constexpr MatmulConfig CFG_MDL = {false, false, true};
 
 namespace twin {
 
+// The cube's arithmetic on the host: C (row-major, float) += A (row-major) * B, where L0B holds B
+// packed in panels of kPanel columns ([n/kPanel][k][kPanel], a last panel of 16 when n is not a
+// multiple of kPanel; baseN is always a multiple of 16). Each micro-kernel call keeps an
+// MR x panel block of C in registers over the whole k of the L0 tiles.
+#if defined(__AVX512F__)
+constexpr int kPanel = 32;  // two zmm per C row
+constexpr int kMicroRows = 8;
+#else
+constexpr int kPanel = 16;
 constexpr int kMicroRows = 6;
-constexpr int kPanel = 16;  // C columns per micro-kernel call; baseN is a multiple of 16
+#endif
 
-// C[MR x 16] (row stride ldc) += A[MR x K] (row stride lda) * B, B packed as [K][16].
+#if defined(__AVX512F__)
+// C[MR x 16*NV] (row stride ldc) += A[MR x K] (row stride lda) * B, B a panel [K][16*NV].
+template <int MR, int NV>
+TW_NOINLINE void MicroKernel(int K, const float* A, int lda, const float* B, float* C, int ldc)
+{
+    __m512 c[MR][NV];
+    for (int r = 0; r < MR; ++r) {
+        for (int v = 0; v < NV; ++v) c[r][v] = _mm512_loadu_ps(C + r * ldc + 16 * v);
+    }
+    for (int k = 0; k < K; ++k) {
+        __m512 b[NV];
+        for (int v = 0; v < NV; ++v) b[v] = _mm512_loadu_ps(B + k * 16 * NV + 16 * v);
+        for (int r = 0; r < MR; ++r) {
+            const __m512 a = _mm512_set1_ps(A[r * lda + k]);
+            for (int v = 0; v < NV; ++v) c[r][v] = _mm512_fmadd_ps(a, b[v], c[r][v]);
+        }
+    }
+    for (int r = 0; r < MR; ++r) {
+        for (int v = 0; v < NV; ++v) _mm512_storeu_ps(C + r * ldc + 16 * v, c[r][v]);
+    }
+}
+
 template <int MR>
-inline void MicroKernel(int K, const float* A, int lda, const float* B, float* C, int ldc)
+inline void MicroRows(int K, const float* A, int lda, const float* panel, int width, float* C, int ldc)
+{
+    if (width == 32) {
+        MicroKernel<MR, 2>(K, A, lda, panel, C, ldc);
+    } else {
+        MicroKernel<MR, 1>(K, A, lda, panel, C, ldc);
+    }
+}
+#else
+// C[MR x 16] (row stride ldc) += A[MR x K] (row stride lda) * B, B a panel [K][16].
+template <int MR>
+TW_NOINLINE void MicroRows(int K, const float* A, int lda, const float* B, int /*width*/, float* C, int ldc)
 {
 #if defined(__AVX2__) && defined(__FMA__)
     __m256 c0[MR], c1[MR];
@@ -100,22 +144,36 @@ inline void MicroKernel(int K, const float* A, int lda, const float* B, float* C
     }
 #endif
 }
+#endif
 
-// C[m x n] += A[m x k] (row-major) * B (packed [n/16][k][16]); n a multiple of 16.
-TW_NOINLINE inline void Mmad(float* C, const float* A, const float* B, int m, int n, int k)
+// The rows left over when kMicroRows does not divide m: one call of `rows` (< R) rows.
+template <int R>
+inline void TailRows(int rows, int K, const float* A, int lda, const float* panel, int width, float* C, int ldc)
 {
-    for (int j = 0; j < n; j += kPanel) {
-        const float* panel = B + j * k;
-        int i = 0;
-        for (; i + kMicroRows <= m; i += kMicroRows) MicroKernel<kMicroRows>(k, A + i * k, k, panel, C + i * n + j, n);
-        switch (m - i) {
-            case 5: MicroKernel<5>(k, A + i * k, k, panel, C + i * n + j, n); break;
-            case 4: MicroKernel<4>(k, A + i * k, k, panel, C + i * n + j, n); break;
-            case 3: MicroKernel<3>(k, A + i * k, k, panel, C + i * n + j, n); break;
-            case 2: MicroKernel<2>(k, A + i * k, k, panel, C + i * n + j, n); break;
-            case 1: MicroKernel<1>(k, A + i * k, k, panel, C + i * n + j, n); break;
-            default: break;
+    if constexpr (R > 0) {
+        if (rows == R) {
+            MicroRows<R>(K, A, lda, panel, width, C, ldc);
+        } else {
+            TailRows<R - 1>(rows, K, A, lda, panel, width, C, ldc);
         }
+    }
+}
+
+// C[m x n] (row stride ldc) += A[m x k] (row stride lda) * B[k x n], B packed in panels of kFull
+// rows (see above; only the first k rows of each panel are read); n a multiple of 16.
+TW_NOINLINE inline void Mmad(float* C, int ldc, const float* A, int lda, const float* B, int kFull, int m, int n,
+                             int k)
+{
+    int i = 0;
+    for (; i + kMicroRows <= m; i += kMicroRows) {
+        for (int j = 0; j < n; j += kPanel) {
+            MicroRows<kMicroRows>(k, A + i * lda, lda, B + j * kFull, std::min(kPanel, n - j), C + i * ldc + j, ldc);
+        }
+    }
+    if (i == m) return;
+    for (int j = 0; j < n; j += kPanel) {
+        TailRows<kMicroRows - 1>(m - i, k, A + i * lda, lda, B + j * kFull, std::min(kPanel, n - j), C + i * ldc + j,
+                                 ldc);
     }
 }
 
@@ -236,11 +294,16 @@ public:
         if (!enPartialSum) cSlot_ = iter_ % t_.dbL0C;
         float* c = CBlock();
         if (!enPartialSum) InitC(c);
+        // Like the cube, which works in 16 x 16 fractals, the twin multiplies only what holds data:
+        // an edge block's padding rows (in steps of 16) and panels of padding columns and a K
+        // tail's zeros are skipped (the padded part of the C block keeps its initial value).
+        const int32_t rows = RoundUp(uint32_t(BlockRows()), 16);
+        const int32_t cols = std::min<int32_t>(t_.baseN, RoundUp(uint32_t(BlockCols()), kPanel));
         const int32_t kIters = CeilDiv(curK_, t_.baseK);
         for (int32_t kb = 0; kb < kIters; ++kb) {
             const float* a = LoadL0A(ATile(kb));
             const float* b = LoadL0B(BTile(kb));
-            Mmad(c, a, b, t_.baseM, t_.baseN, t_.baseK);
+            Mmad(c, t_.baseN, a, t_.baseK, b, t_.baseK, rows, cols, std::min(t_.baseK, curK_ - kb * t_.baseK));
         }
         return true;
     }
@@ -297,17 +360,68 @@ private:
         }
     }
 
-    // Copies rows x cols of src (row stride ld) into a zero-padded tile of tileRows x tileCols.
-    TW_NOINLINE static void LoadTile(S* tile, int32_t tileRows, int32_t tileCols, const S* src, int64_t ld, int32_t rows,
-                         int32_t cols)
+    // dst[0, valid) = src[0, valid), dst[valid, total) = 0.
+    TW_NOINLINE static void CopyRow(S* dst, const S* src, int32_t valid, int32_t total)
     {
+        TW_IVDEP
+        for (int32_t c = 0; c < valid; ++c) dst[c] = src[c];
+        for (int32_t c = valid; c < total; ++c) dst[c] = S(0);
+    }
+
+    // Rows of a tile lie a whole matrix row apart in GM, too far apart for the hardware
+    // prefetcher: while row r is copied, row r + kRowsAhead (of this tile or, past its end, of the
+    // next tile down the matrix; `avail` rows of the matrix are left) is requested, so the walk
+    // does not wait for memory at every row. (The MTE engines stream such strides on the device.)
+    static constexpr int32_t kRowsAhead = 8;
+
+    static void Prefetch(const S* src, int64_t ld, int32_t r, int32_t avail, int32_t cols)
+    {
+        if (r + kRowsAhead >= avail) return;
+        const char* row = reinterpret_cast<const char*>(src + (r + kRowsAhead) * ld);
+        for (int64_t b = 0; b < int64_t(cols) * int64_t(sizeof(S)); b += 64) __builtin_prefetch(row + b, 0, 3);
+    }
+
+    // GM -> L1, A side: rows x cols of src (row stride ld) into a zero-padded row-major tile of
+    // tileRows x tileCols.
+    TW_NOINLINE static void LoadTile(S* tile, int32_t tileRows, int32_t tileCols, const S* src, int64_t ld, int32_t rows,
+                                     int32_t cols)
+    {
+        const int32_t avail = rows;
         rows = std::max(0, std::min(rows, tileRows));
         cols = std::max(0, std::min(cols, tileCols));
         for (int32_t r = 0; r < tileRows; ++r) {
-            S* dst = tile + int64_t(r) * tileCols;
-            int32_t valid = r < rows ? cols : 0;
-            if (valid > 0) std::memcpy(dst, src + r * ld, valid * sizeof(S));
-            std::memset(dst + valid, 0, (tileCols - valid) * sizeof(S));
+            if (r < rows) Prefetch(src, ld, r, avail, cols);
+            CopyRow(tile + int64_t(r) * tileCols, src + r * ld, r < rows ? cols : 0, tileCols);
+        }
+    }
+
+    // GM -> L1, B side: the same zero-padded tile, laid out in the panels the micro-kernel reads
+    // (see Mmad): the twin's stand-in for the cube's fractal L1 layout. GM is read row by row, so
+    // each visit to a row of B (N elements apart) reads all of its tileCols contiguous elements.
+    TW_NOINLINE static void LoadPanels(S* tile, int32_t tileRows, int32_t tileCols, const S* src, int64_t ld,
+                                       int32_t rows, int32_t cols)
+    {
+        const int32_t avail = rows;
+        rows = std::max(0, std::min(rows, tileRows));
+        cols = std::max(0, std::min(cols, tileCols));
+        for (int32_t r = 0; r < tileRows; ++r) {
+            if (r < rows) Prefetch(src, ld, r, avail, cols);
+            PanelRow(tile, tileRows, tileCols, src + r * ld, r, r < rows ? cols : 0);
+        }
+    }
+
+    // Row r of a B tile (cols valid elements at in, 0 for a padding row) into every panel: whole
+    // panels, then the ones with padding columns.
+    TW_NOINLINE static void PanelRow(S* tile, int32_t tileRows, int32_t tileCols, const S* in, int32_t r, int32_t cols)
+    {
+        const int32_t full = cols / kPanel * kPanel;
+        for (int32_t j = 0; j < full; j += kPanel) {
+            S* out = tile + int64_t(j) * tileRows + int64_t(r) * kPanel;
+            for (int32_t c = 0; c < kPanel; ++c) out[c] = in[j + c];
+        }
+        for (int32_t j = full; j < tileCols; j += kPanel) {
+            const int32_t width = std::min(kPanel, tileCols - j);
+            CopyRow(tile + int64_t(j) * tileRows + int64_t(r) * width, in + j, std::max(0, cols - j), width);
         }
     }
 
@@ -343,37 +457,39 @@ private:
             for (int32_t i = 0; i < t_.stepKb; ++i) {
                 for (int32_t j = 0; j < t_.stepN; ++j) {
                     const int32_t row = (gk * t_.stepKb + i) * t_.baseK, col = (gn * t_.stepN + j) * t_.baseN;
-                    LoadTile(base + (i * t_.stepN + j) * tile, t_.baseK, t_.baseN, b_ + int64_t(row) * t_.N + col,
-                             t_.N, curK_ - row, curN_ - col);
+                    LoadPanels(base + (i * t_.stepN + j) * tile, t_.baseK, t_.baseN, b_ + int64_t(row) * t_.N + col,
+                               t_.N, curK_ - row, curN_ - col);
                 }
             }
         }
         return base + ((kb % t_.stepKb) * t_.stepN + nb_ % t_.stepN) * tile;
     }
 
-    // L1 -> L0A: the row-major tile as float.
+    // L1 -> L0A / L0B: the tile as float in the same layout. For float input the twin's L1 tile
+    // already is what the cube reads, so the move costs nothing (L0 capacity was checked in Init).
     const float* LoadL0A(const S* tile)
     {
-        const int64_t n = int64_t(t_.baseM) * t_.baseK;
         l0aSlot_ = (l0aSlot_ + 1) % t_.dbL0A;
-        float* dst = l0a_ + l0aSlot_ * n;
-        for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(tile[i]);
-        return dst;
+        return ToL0(l0a_ + int64_t(l0aSlot_) * t_.baseM * t_.baseK, tile, int64_t(t_.baseM) * t_.baseK);
     }
 
-    // L1 -> L0B: the tile as float, packed in panels of 16 columns ([baseN/16][baseK][16]).
     const float* LoadL0B(const S* tile)
     {
-        const int32_t k = t_.baseK, n = t_.baseN;
         l0bSlot_ = (l0bSlot_ + 1) % t_.dbL0B;
-        float* dst = l0b_ + int64_t(l0bSlot_) * k * n;
-        for (int32_t j = 0; j < n; j += kPanel) {
-            float* panel = dst + int64_t(j) * k;
-            for (int32_t r = 0; r < k; ++r) {
-                for (int32_t c = 0; c < kPanel; ++c) panel[r * kPanel + c] = static_cast<float>(tile[int64_t(r) * n + j + c]);
-            }
+        return ToL0(l0b_ + int64_t(l0bSlot_) * t_.baseK * t_.baseN, tile, int64_t(t_.baseK) * t_.baseN);
+    }
+
+    static const float* ToL0(float* dst, const S* tile, int64_t n)
+    {
+        if constexpr (std::is_same_v<S, float>) {
+            (void)dst;
+            (void)n;
+            return tile;
+        } else {
+            TW_IVDEP
+            for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(tile[i]);
+            return dst;
         }
-        return dst;
     }
 
     TCubeTiling t_{};
