@@ -8,6 +8,10 @@
 
 #include "tensor.h"
 
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
+
 namespace AscendC {
 
 struct DataCopyParams {
@@ -66,6 +70,71 @@ inline void CopyBlocks(uint8_t* dst, const uint8_t* src, uint32_t count, uint64_
     for (uint32_t i = 0; i < count; ++i) std::memmove(dst + i * dstPitch, src + i * srcPitch, len);
 }
 
+// Local -> GM. MTE3 writes GM without going through the vector core's cache; the twin mirrors
+// that with non-temporal stores for runs of kStreamBytes or more, so a streamed output neither
+// evicts the UB tiles nor pays a read for ownership. Shorter runs are plain copies.
+constexpr uint64_t kStreamBytes = 2048;
+
+inline bool StreamRun(uint8_t* dst, const uint8_t* src, uint64_t len)
+{
+#if defined(__SSE2__)
+    if (len < kStreamBytes) {
+        std::memcpy(dst, src, len);
+        return false;
+    }
+    const uint64_t head = (64 - reinterpret_cast<uintptr_t>(dst) % 64) % 64;
+    std::memcpy(dst, src, head);
+    dst += head;
+    src += head;
+    len -= head;
+    const uint64_t body = len / 64 * 64;
+    for (uint64_t i = 0; i < body; i += 64) {
+#if defined(__AVX512F__)
+        _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + i),
+                            _mm512_loadu_si512(reinterpret_cast<const void*>(src + i)));
+#elif defined(__AVX__)
+        for (int h = 0; h < 64; h += 32) {
+            _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + i + h),
+                                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i + h)));
+        }
+#else
+        for (int h = 0; h < 64; h += 16) {
+            _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + h),
+                             _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + h)));
+        }
+#endif
+    }
+    std::memcpy(dst + body, src + body, len - body);
+    return true;
+#else
+    std::memcpy(dst, src, len);
+    return false;
+#endif
+}
+
+// Non-temporal stores are weakly ordered: fence them before the copy returns.
+inline void StreamFence(bool streamed)
+{
+#if defined(__SSE2__)
+    if (streamed) _mm_sfence();
+#else
+    (void)streamed;
+#endif
+}
+
+// CopyBlocks from local memory to GM; blocks that are contiguous on both sides move as one run.
+inline void CopyBlocksToGm(uint8_t* dst, const uint8_t* src, uint32_t count, uint64_t len, uint64_t dstPitch,
+                           uint64_t srcPitch)
+{
+    bool streamed = false;
+    if (dstPitch == len && srcPitch == len) {
+        streamed = StreamRun(dst, src, count * len);
+    } else {
+        for (uint32_t i = 0; i < count; ++i) streamed |= StreamRun(dst + i * dstPitch, src + i * srcPitch, len);
+    }
+    StreamFence(streamed);
+}
+
 // Elements spanned by `count` blocks of `len` bytes laid `pitch` bytes apart.
 inline uint64_t Span(uint32_t count, uint64_t len, uint64_t pitch, size_t elem)
 {
@@ -91,7 +160,8 @@ inline void DataCopy(const GlobalTensor<T>& dst, const LocalTensor<T>& src, cons
     uint64_t bytes = twin::CopyBytes<T>("DataCopy local->GM", count);
     twin::CheckLocal("DataCopy local->GM", src, bytes / sizeof(T));
     dst.TwCheckRange("DataCopy local->GM", bytes / sizeof(T));
-    std::memcpy(dst.TwData(), src.TwData(), bytes);
+    twin::CopyBlocksToGm(reinterpret_cast<uint8_t*>(dst.TwData()), reinterpret_cast<const uint8_t*>(src.TwData()), 1,
+                         bytes, bytes, bytes);
 }
 
 template <typename T>
@@ -121,7 +191,7 @@ inline void DataCopy(const GlobalTensor<T>& dst, const LocalTensor<T>& src, cons
     uint64_t srcPitch = len + uint64_t(p.srcStride) * 32, dstPitch = len + uint64_t(p.dstStride) * 32;
     twin::CheckLocal("DataCopy local->GM", src, twin::Span(p.blockCount, len, srcPitch, sizeof(T)));
     dst.TwCheckRange("DataCopy local->GM", twin::Span(p.blockCount, len, dstPitch, sizeof(T)));
-    twin::CopyBlocks(reinterpret_cast<uint8_t*>(dst.TwData()), reinterpret_cast<const uint8_t*>(src.TwData()),
+    twin::CopyBlocksToGm(reinterpret_cast<uint8_t*>(dst.TwData()), reinterpret_cast<const uint8_t*>(src.TwData()),
                      p.blockCount, len, dstPitch, srcPitch);
 }
 
@@ -174,7 +244,7 @@ inline void DataCopyPad(const GlobalTensor<T>& dst, const LocalTensor<T>& src, c
     uint64_t dstPitch = uint64_t(p.blockLen) + p.dstStride;
     twin::CheckLocal(what, src, twin::Span(p.blockCount, p.blockLen, srcPitch, sizeof(T)));
     dst.TwCheckRange(what, twin::Span(p.blockCount, p.blockLen, dstPitch, sizeof(T)));
-    twin::CopyBlocks(reinterpret_cast<uint8_t*>(dst.TwData()), reinterpret_cast<const uint8_t*>(src.TwData()),
+    twin::CopyBlocksToGm(reinterpret_cast<uint8_t*>(dst.TwData()), reinterpret_cast<const uint8_t*>(src.TwData()),
                      p.blockCount, p.blockLen, dstPitch, srcPitch);
 }
 

@@ -26,14 +26,17 @@ enum class RoundMode { CAST_NONE = 0, CAST_RINT, CAST_FLOOR, CAST_CEIL, CAST_ROU
 namespace twin {
 
 // expf to about 2 ulp (Cephes polynomial); branch-free so that loops calling it vectorize.
-// Inputs are clamped to [-87.33, 88.72]: results stay normal floats, exp(-inf) gives ~1e-38.
+// Inputs are clamped to [-87.33654, 88.72283], so results are normal floats: exp(-inf) gives
+// 2^-126, exp(+inf) 3.4e38; NaN stays NaN. n = round(x / ln2) comes from the 1.5 * 2^23 shifter
+// (its low mantissa bits are n), capped at 127 so that 2^n is a normal float.
 inline float Exp(float x)
 {
+    constexpr float kShifter = 12582912.0f;  // 1.5 * 2^23
     x = x < -87.33654f ? -87.33654f : (x > 88.72283f ? 88.72283f : x);
-    float n = x * 1.44269504088896341f + 0.5f;
-    const int32_t truncated = static_cast<int32_t>(n);
-    n = static_cast<float>(truncated - (static_cast<float>(truncated) > n ? 1 : 0));  // floor
-    float r = x - n * 0.693359375f + n * 2.12194440e-4f;
+    float t = x * 1.44269504088896341f + kShifter;
+    t = t > kShifter + 127.0f ? kShifter + 127.0f : t;
+    const float n = t - kShifter;
+    const float r = x - n * 0.693359375f + n * 2.12194440e-4f;
     float p = 1.9875691500e-4f;
     p = p * r + 1.3981999507e-3f;
     p = p * r + 8.3334519073e-3f;
@@ -41,7 +44,9 @@ inline float Exp(float x)
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     p = p * r * r + r + 1.0f;
-    int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+    int32_t bits;
+    std::memcpy(&bits, &t, 4);
+    bits = (bits - 0x4B400000 + 127) << 23;  // t = 1.5 * 2^23 + n
     float scale;
     std::memcpy(&scale, &bits, 4);
     return p * scale;
@@ -193,17 +198,31 @@ inline void Gather(const LocalTensor<T>& dst, const LocalTensor<T>& src, const L
     const uint32_t* offsets = srcOffset.TwData();
     T* d = dst.TwData();
     const uint8_t* base = reinterpret_cast<const uint8_t*>(src.TwData());
+    // All offsets are checked before any element moves (one pass that vectorizes); the message
+    // names the first bad one.
+    bool bad = false;
     for (uint32_t i = 0; i < count; ++i) {
         const uint64_t at = uint64_t(srcBaseAddr) + offsets[i];
-        if (at % sizeof(T) != 0 || at + sizeof(T) > srcBytes) {
-            twin::Fail("Gather: element ", i, " reads byte offset ", at, ", outside the ", srcBytes,
-                       " B source or not ", sizeof(T), " B aligned");
-        }
-        std::memcpy(d + i, base + at, sizeof(T));
+        bad |= (at % sizeof(T) != 0) | (at + sizeof(T) > srcBytes);
     }
+    if (bad) {
+        for (uint32_t i = 0; i < count; ++i) {
+            const uint64_t at = uint64_t(srcBaseAddr) + offsets[i];
+            if (at % sizeof(T) != 0 || at + sizeof(T) > srcBytes) {
+                twin::Fail("Gather: element ", i, " reads byte offset ", at, ", outside the ", srcBytes,
+                           " B source or not ", sizeof(T), " B aligned");
+            }
+        }
+    }
+    const uint8_t* from = base + srcBaseAddr;
+    TW_IVDEP
+    for (uint32_t i = 0; i < count; ++i) d[i] = *reinterpret_cast<const T*>(from + offsets[i]);
 }
 
-// dst[0] = the sum of src[0, count), accumulated in float in index order.
+// dst[0] = the float sum of src[0, count) in a fixed lane order, as a vector unit sums (not index
+// order, which cannot vectorize): lane j of 64 accumulates elements j, j + 64, j + 128, ...; then
+// the lane sums are added pairwise (lane j + w into lane j for w = 32, 16, ..., 1). The order
+// does not depend on the host's vector width, so neither does the result.
 template <typename T>
 inline void ReduceSum(const LocalTensor<T>& dst, const LocalTensor<T>& src, const LocalTensor<T>& sharedTmpBuffer,
                       const int32_t count)
@@ -212,10 +231,19 @@ inline void ReduceSum(const LocalTensor<T>& dst, const LocalTensor<T>& src, cons
     (void)sharedTmpBuffer;
     twin::CheckLocal("ReduceSum", src, count);
     twin::CheckLocal("ReduceSum", dst, 1);
+    constexpr int32_t kLanes = 64;
     const T* s = src.TwData();
-    float acc = 0.0f;
-    for (int32_t i = 0; i < count; ++i) acc += static_cast<float>(s[i]);
-    dst.TwData()[0] = static_cast<T>(acc);
+    float lanes[kLanes] = {};
+    int32_t i = 0;
+    for (; i + kLanes <= count; i += kLanes) {
+        TW_IVDEP
+        for (int32_t j = 0; j < kLanes; ++j) lanes[j] += static_cast<float>(s[i + j]);
+    }
+    for (int32_t j = 0; i + j < count; ++j) lanes[j] += static_cast<float>(s[i + j]);
+    for (int32_t w = kLanes / 2; w > 0; w /= 2) {
+        for (int32_t j = 0; j < w; ++j) lanes[j] += lanes[j + w];
+    }
+    dst.TwData()[0] = static_cast<T>(lanes[0]);
 }
 
 // dst[0] = max; with calIndex, dst[1] holds the first index of the max as raw integer bits.

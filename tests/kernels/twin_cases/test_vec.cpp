@@ -37,6 +37,18 @@ static void FloatOps()
     }
     Exp(d, a, N);
     for (int i = 0; i < N; ++i) CHECK(Close(d.GetValue(i), std::exp(double(a.GetValue(i))), 4e-7, 0), "Exp %d", i);
+    {
+        // The edges: NaN stays NaN, results stay finite normal floats up to the clamp (88.72).
+        const float edge[] = {std::nanf(""), 88.5f, 88.72f, 1000.0f, -1000.0f};
+        for (int i = 0; i < 5; ++i) b.SetValue(i, edge[i]);
+        Exp(d, b, 5);
+        CHECK(std::isnan(d.GetValue(0)), "Exp(NaN) %g", d.GetValue(0));
+        CHECK(Close(d.GetValue(1), std::exp(88.5), 4e-7, 0), "Exp(88.5) %g", d.GetValue(1));
+        CHECK(Close(d.GetValue(2), std::exp(double(88.72f)), 4e-7, 0), "Exp(88.72) %g", d.GetValue(2));
+        CHECK(std::isfinite(d.GetValue(3)) && std::isnormal(d.GetValue(4)), "Exp clamps %g %g", d.GetValue(3),
+              d.GetValue(4));
+        for (int i = 0; i < N; ++i) b.SetValue(i, 1.5f + 0.25f * (i % 5));
+    }
     Gelu(d, a, N);
     for (int i = 0; i < N; ++i) {
         float x = a.GetValue(i);
