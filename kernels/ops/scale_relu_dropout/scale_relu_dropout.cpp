@@ -29,8 +29,8 @@ struct ScaleReluDropoutTiling {
 
 constexpr uint32_t HASH_MUL_1 = 0x85EBCA6Bu;
 constexpr uint32_t HASH_MUL_2 = 0xC2B2AE35u;
-constexpr float TWO_POW_MINUS_24 = 5.9604644775390625e-08f;  // 24 hash bits -> [0, 1)
-constexpr float TWO_POW_30 = 1073741824.0f;                  // saturates (u - p) to exactly 0 or 1
+constexpr float TWO_POW_24 = 16777216.0f;    // 24 hash bits h are uniform in [0, 2^24)
+constexpr float TWO_POW_30 = 1073741824.0f;  // scales |h - p * 2^24| (0.375 or more at p = 0.1) past keepScale
 
 template <typename T>
 class KernelScaleReluDropout {
@@ -80,13 +80,16 @@ private:
         inQueueX_.EnQue(xLocal);
     }
 
-    // keep[i] = 1.0f when hash(seed, globalOffset + i) / 2^24 > dropP, else 0.0f; in maskBuf.
+    // keep[i] * keepScale in maskBuf: keepScale when hash(seed, globalOffset + i) / 2^24 > dropP,
+    // else 0.0f. The 24 hash bits h are exact in float and h / 2^24 > p <=> h - p * 2^24 > 0, so
+    // the mask is the threshold test scaled far past keepScale, then clamped to [0, keepScale].
     __aicore__ inline LocalTensor<float> KeepMask(int32_t globalOffset, int32_t count)
     {
         LocalTensor<uint32_t> hash = hashBuf_.Get<uint32_t>();
         LocalTensor<uint32_t> shifted = maskBuf_.Get<uint32_t>();
-        CreateVecIndex(hash.ReinterpretCast<int32_t>(), globalOffset, count);
-        Adds(hash, hash, tiling_.seedMix, count);
+        // (index + seedMix) mod 2^32 as the first index: the seed costs no pass of its own.
+        uint32_t first = static_cast<uint32_t>(globalOffset) + tiling_.seedMix;
+        CreateVecIndex(hash.ReinterpretCast<int32_t>(), static_cast<int32_t>(first), count);
         Muls(hash, hash, HASH_MUL_1, count);
         ShiftRight(shifted, hash, 13u, count);
         Add(hash, hash, shifted, count);
@@ -97,10 +100,9 @@ private:
 
         LocalTensor<float> mask = maskBuf_.Get<float>();
         Cast(mask, hash.ReinterpretCast<int32_t>(), RoundMode::CAST_NONE, count);
-        Muls(mask, mask, TWO_POW_MINUS_24, count);
-        Adds(mask, mask, -tiling_.dropP, count);
+        Adds(mask, mask, -tiling_.dropP * TWO_POW_24, count);
         Muls(mask, mask, TWO_POW_30, count);
-        Mins(mask, mask, 1.0f, count);
+        Mins(mask, mask, tiling_.keepScale, count);
         Maxs(mask, mask, 0.0f, count);
         return mask;
     }
@@ -120,7 +122,6 @@ private:
         Muls(yLocal, xLocal, static_cast<T>(tiling_.scale), count);
         Relu(yLocal, yLocal, count);
         Mul(yLocal, yLocal, mask, count);
-        Muls(yLocal, yLocal, static_cast<T>(tiling_.keepScale), count);
         outQueueY_.EnQue(yLocal);
         inQueueX_.FreeTensor(xLocal);
     }
