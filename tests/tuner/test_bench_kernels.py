@@ -80,3 +80,18 @@ def test_cases_cover_the_issue_shapes_and_reject_unknown_ops() -> None:
     assert bk.cases("swiglu") == [("swiglu", {"T": 2048, "I": 2752})]
     with pytest.raises(InputError):
         bk.cases("nope")
+
+
+def test_roofline_uses_the_bandwidth_of_a_copy_of_the_same_size_when_faster() -> None:
+    sizes: list[int] = []
+
+    def stream(nbytes: int) -> float:
+        sizes.append(nbytes)
+        return 5e10 if nbytes < 1 << 20 else 1e10  # a cache, then slower than the stub's 2e10
+
+    machine = bk.Machine(peak_flops=1e11, bandwidth=2e10, how="stub", stream=stream)
+    assert machine.bandwidth_for(4096) == 5e10
+    assert machine.bandwidth_for(1 << 24) == 2e10  # never below the large-stream bandwidth
+    assert machine.roofline_ms(0, 4096) == pytest.approx(4096 / 5e10 * 1e3)
+    assert sizes == [4096, 1 << 24, 4096]
+    assert MACHINE.bandwidth_for(4096) == 2e10  # no stream: one bandwidth for every size
