@@ -99,10 +99,13 @@ def young_trial_in_flight(
         return None
     done = {r.tiling_key for r in records(db, workload_id)}
     spec, target = get_op(OP), twin_target()
+    names = {t.name for t in spec.tunables(SHAPE, "float32", target)}
     now = datetime.now()  # Optuna stores naive local times
     for trial in storage.get_all_trials(
         study_id, deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)
     ):
+        if set(trial.params) != names:
+            continue  # asked, not yet (fully) sampled: its tiling is not known yet
         tiling = Tiling({k: int(v) for k, v in trial.params.items()})
         started = trial.datetime_start
         young = started is not None and (now - started).total_seconds() < YOUNG_S
