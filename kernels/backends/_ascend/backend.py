@@ -266,6 +266,11 @@ class AscendBackend(Backend):
         # live; a private directory name first, renamed into place whole when done.
         work = Path(tempfile.mkdtemp(prefix="build-", dir=self._builds / spec.name))
         meta = self._build_in(spec, defines, work, cmake, env)
+        if meta.pop("timed_out", False):
+            # Not cached: a timeout says how loaded the host was, not that the variant cannot
+            # build; cached, it would fail this variant for every later run and workload.
+            shutil.rmtree(work, ignore_errors=True)
+            return self._result(key, work, meta, cached=False)
         (work / "build.json").write_text(json.dumps(meta))
         try:
             os.replace(work, final)
@@ -326,6 +331,7 @@ class AscendBackend(Backend):
                     meta["error"] = "compile failed: the build produced no host_runner"
         except _TimedOut:
             meta["error"] = f"build timed out after {timeout:.0f} s"
+            meta["timed_out"] = True
         meta["seconds"] = time.perf_counter() - started
         return meta
 

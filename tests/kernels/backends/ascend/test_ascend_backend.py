@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from kernels.backends import MeasureOptions, create_backend
+from kernels.backends._ascend import backend as ascend_backend
 from kernels.backends._ascend.backend import (
     AscendBackend,
     compiler_errors,
@@ -139,6 +140,22 @@ def test_compile_error_is_a_failed_build(backend: AscendBackend) -> None:
     assert "no_such_type" in built.error
     again = backend.build(SPEC, {"DTYPE_X": "no_such_type", "BUFFER_NUM": "2"})
     assert again.cached and not again.ok and again.error == built.error
+
+
+def test_a_build_timeout_is_not_cached(
+    backend: AscendBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def stalled(*args: object, **kwargs: object) -> None:
+        raise ascend_backend._TimedOut("cmake did not finish in 120 s")
+
+    monkeypatch.setattr(ascend_backend, "_execute", stalled)
+    first = backend.build(SPEC, defines())
+    assert not first.ok and first.error == "build timed out after 120 s"
+    again = backend.build(SPEC, defines())
+    assert not again.cached and not again.ok
+    assert not list((backend._builds / SPEC.name).iterdir())  # nothing kept, not even scratch
+    monkeypatch.undo()
+    assert backend.build(SPEC, defines()).ok  # an unloaded host builds it
 
 
 def test_msprof_timing(
