@@ -69,9 +69,19 @@ def _surrogate(seed: int | None, space: SearchSpace | None) -> optuna.samplers.B
     return SurrogateSampler(space=space, seed=seed)
 
 
+def _surrogate_mix(seed: int | None, space: SearchSpace | None) -> optuna.samplers.BaseSampler:
+    # The same forest, 10 start-up draws, then expected improvement and the best predicted
+    # mean in turn: more exploitation, which pays on small spaces (our cpu-twin spaces of a few
+    # thousand tilings) and costs on large rugged ones (see the README's search table).
+    from tuner.search._surrogate import SurrogateSampler
+
+    return SurrogateSampler(space=space, seed=seed, n_startup=10, acquisitions=("ei", "mean"))
+
+
 #: strategy name -> factory(seed, space). "default" is what ``tilewise tune`` uses.
 STRATEGIES: dict[str, Factory] = {
     "default": _surrogate,
+    "surrogate-mix": _surrogate_mix,
     "random": _random,
     "tpe": _tpe,
     "tpe-multivariate": _tpe_multivariate,

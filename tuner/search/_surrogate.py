@@ -7,9 +7,12 @@ configurations only (SMAC-style, on a finite categorical space).
   one-field change of the best configurations so far (a local search around the incumbents).
 * The first ``n_startup`` proposals are uniform over the pool. Then a random forest is fitted
   to log(time) of every evaluated configuration (failures count as the slowest time seen), and
-  the candidate with the largest expected improvement under the spread of the trees is next.
+  the unseen candidate that scores best under the acquisition of this step is next. The
+  acquisitions, taken in turn from ``acquisitions``: ``ei``, the expected improvement under the
+  spread of the trees (the default, alone); ``mean``, the best predicted time (greedy);
+  ``parzen``, TPE's good/bad density ratio over the fields, which needs no forest.
 * To stay cheap on long runs the forest is refitted every ``max(1, n // refit_divisor)``
-  evaluations; between refits the next-ranked candidates are taken.
+  evaluations; between refits its predictions are reused.
 
 Features are the tunables' values (numbers as they are, other choices by index), plus two
 generic ones for tile sizes: the log-product and log-ratio of every pair of size-like fields
@@ -25,7 +28,9 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -37,6 +42,17 @@ from optuna.trial import FrozenTrial, TrialState
 from tuner.search._strategies import SearchSpace
 
 Config = tuple[Any, ...]
+
+#: How the next configuration is picked from the forest's prediction: expected improvement,
+#: the best predicted mean (greedy), or TPE's density ratio (which ignores the forest).
+ACQUISITIONS = ("ei", "mean", "parzen")
+
+
+@dataclass(frozen=True)
+class _Fit:
+    candidates: list[Config]
+    mean: np.ndarray
+    std: np.ndarray
 
 
 class SurrogateSampler(optuna.samplers.BaseSampler):
@@ -57,7 +73,12 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
         align: bool = True,
         max_features: float = 0.5,
         min_leaf: int = 2,
+        acquisitions: Sequence[str] = ("ei",),
+        good_fraction: float = 0.1,
     ) -> None:
+        unknown = set(acquisitions) - set(ACQUISITIONS)
+        if not acquisitions or unknown:
+            raise ValueError(f"acquisitions must be some of {ACQUISITIONS}, not {acquisitions}")
         self._space = space
         self._seed = seed
         self._rng = np.random.default_rng(seed)
@@ -67,11 +88,13 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
         self._local_top, self._refit_divisor = local_top, refit_divisor
         self._pairs, self._align = pairs, align
         self._max_features, self._min_leaf = max_features, min_leaf
+        self._acquisitions, self._good_fraction = tuple(acquisitions), good_fraction
+        self._model_steps = 0  # proposals made from the model, which pick the acquisition
+        self._fit: _Fit | None = None
         self._names: tuple[str, ...] = ()
         self._pool: list[Config] | None = None
         self._random_cache: list[Config] | None = None
         self._pool_ready = False
-        self._ranking: list[Config] = []
         self._fitted_at = -1
 
     # -- Optuna's sampler contract -----------------------------------------------------------
@@ -96,7 +119,7 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
             return {}
         names = tuple(sorted(dists))
         if names != self._names:
-            self._names, self._pool_ready, self._ranking, self._fitted_at = names, False, [], -1
+            self._names, self._pool_ready, self._fit, self._fitted_at = names, False, None, -1
             self._random_cache = None  # configurations of another space
         full = {**{n: d for n, d in search_space.items() if d.single()}, **dists}
         seen, observed = self._history(study, trial, names)
@@ -206,13 +229,13 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
             return self._uniform(full, dists, seen)
         n = len(observed)
         stale = n - self._fitted_at >= max(1, n // self._refit_divisor)
-        if stale or not any(c not in seen for c in self._ranking):
-            self._ranking = self._rank(full, dists, seen, observed)
+        if stale or self._fit is None:
+            self._fit = self._model(full, dists, seen, observed)
             self._fitted_at = n
-        for config in self._ranking:
-            if config not in seen:
-                return config
-        return self._uniform(full, dists, seen)
+        acquisition = self._acquisitions[self._model_steps % len(self._acquisitions)]
+        self._model_steps += 1
+        config = self._best_by(acquisition, dists, seen, observed)
+        return config if config is not None else self._uniform(full, dists, seen)
 
     def _uniform(
         self,
@@ -226,15 +249,14 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
         fresh = [c for c in self._random_configs(full, dists) if c not in seen]
         return fresh[0] if fresh else None
 
-    def _rank(
+    def _model(
         self,
         full: Mapping[str, BaseDistribution],
         dists: Mapping[str, CategoricalDistribution],
         seen: set[Config],
         observed: list[tuple[Config, float]],
-    ) -> list[Config]:
-        """Unseen candidates, best expected improvement first (the top few hundred)."""
-        from scipy.special import ndtr
+    ) -> _Fit:
+        """The forest's prediction (mean and spread of log time) for every unseen candidate."""
         from sklearn.ensemble import RandomForestRegressor
 
         if self._pool is not None:
@@ -243,7 +265,7 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
             pool = self._random_configs(full, dists) + self._neighbours(full, dists, observed)
             candidates = list(dict.fromkeys(c for c in pool if c not in seen))
         if not candidates:
-            return []
+            return _Fit([], np.empty(0), np.empty(0))
         finite = np.array([v for _, v in observed if math.isfinite(v) and v > 0])
         worst = float(np.log(finite.max()))
         x = self._encode(dists, [c for c, _ in observed])
@@ -257,12 +279,60 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
         ).fit(x, y)
         xc = self._encode(dists, candidates)
         per_tree = np.stack([tree.predict(xc) for tree in forest.estimators_])
-        mean, std = per_tree.mean(axis=0), np.maximum(per_tree.std(axis=0), 1e-9)
-        gain = float(np.log(finite.min())) - mean
-        z = gain / std
-        ei = gain * ndtr(z) + std * np.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)
-        order = np.argsort(-ei, kind="stable")[:256]
-        return [candidates[i] for i in order]
+        return _Fit(candidates, per_tree.mean(axis=0), np.maximum(per_tree.std(axis=0), 1e-9))
+
+    def _best_by(
+        self,
+        acquisition: str,
+        dists: Mapping[str, CategoricalDistribution],
+        seen: set[Config],
+        observed: list[tuple[Config, float]],
+    ) -> Config | None:
+        """The unseen candidate of the last fit that scores highest under ``acquisition``."""
+        from scipy.special import ndtr
+
+        assert self._fit is not None
+        fit = self._fit
+        fresh = np.array([c not in seen for c in fit.candidates], dtype=bool)
+        if not fresh.any():
+            return None
+        if acquisition == "ei":
+            best = min(math.log(v) for _, v in observed if math.isfinite(v) and v > 0)
+            gain = best - fit.mean
+            z = gain / fit.std
+            score = gain * ndtr(z) + fit.std * np.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)
+        elif acquisition == "mean":
+            score = -fit.mean
+        else:
+            score = self._parzen(dists, fit.candidates, observed)
+        score = np.where(fresh, score, -np.inf)
+        return fit.candidates[int(np.argmax(score))]
+
+    def _parzen(
+        self,
+        dists: Mapping[str, CategoricalDistribution],
+        candidates: Sequence[Config],
+        observed: list[tuple[Config, float]],
+    ) -> np.ndarray:
+        """TPE's ratio l(x) / g(x) with independent categorical fields, in logs.
+
+        The best ``good_fraction`` of the evaluated configurations (at least one) are "good",
+        the rest "bad"; per field, each value's frequency in either group with add-one
+        smoothing. It needs no model of how fields combine, so it keeps finding values the
+        forest has not learnt to value yet.
+        """
+        ranked = sorted(observed, key=lambda o: o[1] if math.isfinite(o[1]) else math.inf)
+        n_good = max(1, int(self._good_fraction * len(ranked)))
+        good, bad = ranked[:n_good], ranked[n_good:]
+        score = np.zeros(len(candidates))
+        for i, n in enumerate(self._names):
+            k = len(dists[n].choices)
+            count_good = Counter(c[i] for c, _ in good)
+            count_bad = Counter(c[i] for c, _ in bad)
+            values = [c[i] for c in candidates]
+            score += np.log([(count_good.get(v, 0) + 1) / (len(good) + k) for v in values])
+            score -= np.log([(count_bad.get(v, 0) + 1) / (len(bad) + k) for v in values])
+        return score
 
     def _encode(
         self, dists: Mapping[str, CategoricalDistribution], configs: Sequence[Config]
