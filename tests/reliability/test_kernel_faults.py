@@ -13,16 +13,16 @@ import contextlib
 import os
 import shutil
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from kernels.backends import MeasureOptions
 from kernels.backends._cpu_twin import CpuTwinBackend
-from kernels.ops import Buffer, GmArg, OpSpec, StructField, Traffic, Tunable
+from kernels.ops import Tunable
 from kernels.targets import TargetProfile, twin_target
+from tests.kernels.backends.fault_op.spec import FaultOp
 from tests.reliability._report import record
 from tuner import store
 from tuner.search import Budget, Tuner
@@ -38,11 +38,12 @@ SEGFAULT, ABORT, HANG = 1, 2, 3
 BUILD_OK, BUILD_FAILS, BUILD_STALLS = 0, 1, 2
 
 
-class FaultsOp(OpSpec):
-    """The faulty kernel as an op: ``build`` is compile-time (FAULT_BUILD), ``mode`` runtime."""
+class FaultsOp(FaultOp):
+    """The backend tests' fault op with more faults: ``build`` is compile-time (FAULT_BUILD),
+    ``mode`` runtime (abort and two more copy modes besides copy, segfault and hang)."""
 
-    name, summary, dims, dtypes = "rel_faults", "faulty test kernel", ("N",), ("float32",)
-    entry, tiling_type, kernel_file = "faults", "FaultTiling", "faults.cpp"
+    name, summary = "rel_faults", "faulty test kernel"
+    entry, kernel_file = "faults", "faults.cpp"
     compile_tunables = (
         Tunable(
             "build",
@@ -65,44 +66,8 @@ class FaultsOp(OpSpec):
     ) -> tuple[Tunable, ...]:
         return (Tunable("mode", (0, 1, 2, 3, 4, 5), "0/4/5 copy, 1 segv, 2 abort, 3 hang"),)
 
-    def buffers(
-        self, tiling: Tiling, shape: Shape, dtype: str, target: TargetProfile
-    ) -> tuple[Buffer, ...]:
-        return ()
-
-    def rules(self, tiling: Tiling, shape: Shape, dtype: str, target: TargetProfile) -> list[str]:
-        return []
-
     def default_tiling(self, shape: Shape, dtype: str, target: TargetProfile) -> Tiling:
         return Tiling({"mode": 0, "build": BUILD_OK})
-
-    def gm_args(self, shape: Shape, dtype: str) -> tuple[GmArg, ...]:
-        return (
-            GmArg("x", "in", shape["N"], "float32"),
-            GmArg("y", "out", shape["N"], "float32"),
-            GmArg("workspace", "workspace", 32, "uint8"),
-        )
-
-    def tiling_struct(
-        self, tiling: Tiling, shape: Shape, dtype: str, target: TargetProfile
-    ) -> tuple[StructField, ...]:
-        return (StructField("length", "i", shape["N"]), StructField("mode", "i", tiling["mode"]))
-
-    def block_dim(self, tiling: Tiling, shape: Shape, dtype: str, target: TargetProfile) -> int:
-        return 1
-
-    def make_inputs(
-        self, shape: Shape, dtype: str, rng: np.random.Generator
-    ) -> dict[str, np.ndarray]:
-        return {"x": rng.standard_normal(shape["N"]).astype(np.float32)}
-
-    def reference(
-        self, inputs: Mapping[str, np.ndarray], shape: Shape, dtype: str
-    ) -> dict[str, np.ndarray]:
-        return {"y": inputs["x"].copy()}
-
-    def traffic(self, shape: Shape, dtype: str) -> Traffic:
-        return Traffic(8 * shape["N"], 8 * shape["N"], 0, 1)
 
 
 @pytest.fixture
