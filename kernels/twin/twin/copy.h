@@ -70,6 +70,46 @@ inline void CopyBlocks(uint8_t* dst, const uint8_t* src, uint32_t count, uint64_
     for (uint32_t i = 0; i < count; ++i) std::memmove(dst + i * dstPitch, src + i * srcPitch, len);
 }
 
+// GM -> local. On the device MTE2 loads the next tile while the vector unit computes on this
+// one; the twin runs in program order, so a copy from GM also prefetches (into L2) as many bytes
+// again right after the ones it copies: the next tile of a streaming kernel, whose DRAM latency
+// then hides behind the compute that runs before the next copy. Prefetches never fault, so one
+// past the end of a buffer costs a wasted line at most.
+inline void LoadRun(uint8_t* dst, const uint8_t* src, uint64_t len, const uint8_t* next)
+{
+#if defined(__AVX512F__)
+    uint64_t i = 0;
+    for (; i + 64 <= len; i += 64) {
+        _mm_prefetch(reinterpret_cast<const char*>(next + i), _MM_HINT_T1);
+        _mm512_storeu_si512(reinterpret_cast<void*>(dst + i),
+                            _mm512_loadu_si512(reinterpret_cast<const void*>(src + i)));
+    }
+    if (i < len) {
+        _mm_prefetch(reinterpret_cast<const char*>(next + i), _MM_HINT_T1);
+        std::memcpy(dst + i, src + i, len - i);
+    }
+#else
+    (void)next;
+    std::memcpy(dst, src, len);
+#endif
+}
+
+// CopyBlocks from GM to local memory (which never overlap), prefetching the same pattern of
+// blocks again right after the span it reads.
+inline void CopyBlocksFromGm(uint8_t* dst, const uint8_t* src, uint32_t count, uint64_t len, uint64_t dstPitch,
+                             uint64_t srcPitch)
+{
+    if (count == 0) return;
+    const uint64_t span = (count - 1) * srcPitch + len;
+    if (dstPitch == len && srcPitch == len) {
+        LoadRun(dst, src, span, src + span);
+        return;
+    }
+    for (uint32_t i = 0; i < count; ++i) {
+        LoadRun(dst + i * dstPitch, src + i * srcPitch, len, src + span + i * srcPitch);
+    }
+}
+
 // Local -> GM. MTE3 writes GM without going through the vector core's cache; the twin mirrors
 // that with non-temporal stores for runs of kStreamBytes or more, so a streamed output neither
 // evicts the UB tiles nor pays a read for ownership. Shorter runs are plain copies.
@@ -151,7 +191,8 @@ inline void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, cons
     uint64_t bytes = twin::CopyBytes<T>("DataCopy GM->local", count);
     twin::CheckLocal("DataCopy GM->local", dst, bytes / sizeof(T));
     src.TwCheckRange("DataCopy GM->local", bytes / sizeof(T));
-    std::memcpy(dst.TwData(), src.TwData(), bytes);
+    twin::CopyBlocksFromGm(reinterpret_cast<uint8_t*>(dst.TwData()), reinterpret_cast<const uint8_t*>(src.TwData()),
+                           1, bytes, bytes, bytes);
 }
 
 template <typename T>
@@ -180,7 +221,7 @@ inline void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, cons
     uint64_t srcPitch = len + uint64_t(p.srcStride) * 32, dstPitch = len + uint64_t(p.dstStride) * 32;
     twin::CheckLocal("DataCopy GM->local", dst, twin::Span(p.blockCount, len, dstPitch, sizeof(T)));
     src.TwCheckRange("DataCopy GM->local", twin::Span(p.blockCount, len, srcPitch, sizeof(T)));
-    twin::CopyBlocks(reinterpret_cast<uint8_t*>(dst.TwData()), reinterpret_cast<const uint8_t*>(src.TwData()),
+    twin::CopyBlocksFromGm(reinterpret_cast<uint8_t*>(dst.TwData()), reinterpret_cast<const uint8_t*>(src.TwData()),
                      p.blockCount, len, dstPitch, srcPitch);
 }
 
@@ -222,9 +263,10 @@ inline void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor<T>& src, c
     src.TwCheckRange(what, twin::Span(p.blockCount, p.blockLen, srcPitch, sizeof(T)));
     auto* out = reinterpret_cast<uint8_t*>(dst.TwData());
     const auto* in = reinterpret_cast<const uint8_t*>(src.TwData());
+    const uint64_t span = p.blockCount == 0 ? 0 : (p.blockCount - 1) * srcPitch + p.blockLen;
     for (uint32_t i = 0; i < p.blockCount; ++i) {
         uint8_t* block = out + i * dstPitch;
-        std::memmove(block + left, in + i * srcPitch, p.blockLen);
+        twin::LoadRun(block + left, in + i * srcPitch, p.blockLen, in + span + i * srcPitch);
         if (!pad.isPad) continue;
         T* elems = reinterpret_cast<T*>(block);
         for (uint64_t e = 0; e < left / sizeof(T); ++e) elems[e] = pad.paddingValue;
