@@ -20,8 +20,10 @@ inline void Activation(const char* what, const AscendC::LocalTensor<T>& dst, con
     CheckLocal(what, src, count);
     T* d = dst.TwData();
     const T* s = src.TwData();
-    TW_IVDEP
-    for (uint32_t i = 0; i < count; ++i) d[i] = static_cast<T>(f(static_cast<float>(s[i])));
+    Strips(count, kStripElems * sizeof(T) / 64, [&](uint32_t begin, uint32_t end) {
+        TW_IVDEP
+        for (uint32_t i = begin; i < end; ++i) d[i] = static_cast<T>(f(static_cast<float>(s[i])));
+    });
 }
 
 // x / (1 + e^(-z)) = x * sigmoid(z), the shape of every activation here. (A division-free
@@ -38,7 +40,7 @@ namespace AscendC {
 template <typename T, bool highPrecision = false, bool highPerformance = false>
 inline void Gelu(const LocalTensor<T>& dstLocal, const LocalTensor<T>& srcLocal, const uint32_t dataSize)
 {
-    twin::Activation("Gelu", dstLocal, srcLocal, dataSize, twin::GeluTanh);
+    twin::Activation("Gelu", dstLocal, srcLocal, dataSize, [](float x) { return twin::GeluTanh(x); });
 }
 
 template <typename T, bool highPrecision = false, bool highPerformance = false>
@@ -46,7 +48,7 @@ inline void Gelu(const LocalTensor<T>& dstLocal, const LocalTensor<T>& srcLocal,
                  const LocalTensor<uint8_t>& sharedTmpBuffer, const uint32_t dataSize)
 {
     (void)sharedTmpBuffer;
-    twin::Activation("Gelu", dstLocal, srcLocal, dataSize, twin::GeluTanh);
+    twin::Activation("Gelu", dstLocal, srcLocal, dataSize, [](float x) { return twin::GeluTanh(x); });
 }
 
 template <typename T, bool highPrecision = false, bool highPerformance = false>
@@ -107,11 +109,13 @@ inline void SwiGLU(const LocalTensor<T>& dstTensor, const LocalTensor<T>& srcTen
     const T* a = srcTensor0.TwData();
     const T* b = srcTensor1.TwData();
     const float beta = scalarValue;
-    TW_IVDEP
-    for (uint32_t i = 0; i < calCount; ++i) {
-        float g = static_cast<float>(b[i]);
-        d[i] = static_cast<T>(static_cast<float>(a[i]) * twin::TimesSigmoid(g, beta * g));
-    }
+    twin::Strips(calCount, 2 * twin::kStripElems * sizeof(T) / 64, [&](uint32_t begin, uint32_t end) {
+        TW_IVDEP
+        for (uint32_t i = begin; i < end; ++i) {
+            float g = static_cast<float>(b[i]);
+            d[i] = static_cast<T>(static_cast<float>(a[i]) * twin::TimesSigmoid(g, beta * g));
+        }
+    });
 }
 
 template <typename T, bool isReuseSource = false>

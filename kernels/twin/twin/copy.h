@@ -70,44 +70,34 @@ inline void CopyBlocks(uint8_t* dst, const uint8_t* src, uint32_t count, uint64_
     for (uint32_t i = 0; i < count; ++i) std::memmove(dst + i * dstPitch, src + i * srcPitch, len);
 }
 
-// GM -> local. On the device MTE2 loads the next tile while the vector unit computes on this
-// one; the twin runs in program order, so a copy from GM also prefetches (into L2) as many bytes
-// again right after the ones it copies: the next tile of a streaming kernel, whose DRAM latency
-// then hides behind the compute that runs before the next copy. Prefetches never fault, so one
-// past the end of a buffer costs a wasted line at most.
-inline void LoadRun(uint8_t* dst, const uint8_t* src, uint64_t len, const uint8_t* next)
+// GM -> local with vector loads (memmove's rep movsb is slower on these AMD cores).
+inline void LoadRun(uint8_t* dst, const uint8_t* src, uint64_t len)
 {
 #if defined(__AVX512F__)
     uint64_t i = 0;
     for (; i + 64 <= len; i += 64) {
-        _mm_prefetch(reinterpret_cast<const char*>(next + i), _MM_HINT_T1);
         _mm512_storeu_si512(reinterpret_cast<void*>(dst + i),
                             _mm512_loadu_si512(reinterpret_cast<const void*>(src + i)));
     }
-    if (i < len) {
-        _mm_prefetch(reinterpret_cast<const char*>(next + i), _MM_HINT_T1);
-        std::memcpy(dst + i, src + i, len - i);
-    }
+    std::memcpy(dst + i, src + i, len - i);
 #else
-    (void)next;
     std::memcpy(dst, src, len);
 #endif
 }
 
-// CopyBlocks from GM to local memory (which never overlap), prefetching the same pattern of
-// blocks again right after the span it reads.
+// CopyBlocks from GM to local memory (which never overlap). The span after the one read is what
+// the prefetcher expects next (see Prefetcher).
 inline void CopyBlocksFromGm(uint8_t* dst, const uint8_t* src, uint32_t count, uint64_t len, uint64_t dstPitch,
                              uint64_t srcPitch)
 {
     if (count == 0) return;
     const uint64_t span = (count - 1) * srcPitch + len;
     if (dstPitch == len && srcPitch == len) {
-        LoadRun(dst, src, span, src + span);
-        return;
+        LoadRun(dst, src, span);
+    } else {
+        for (uint32_t i = 0; i < count; ++i) LoadRun(dst + i * dstPitch, src + i * srcPitch, len);
     }
-    for (uint32_t i = 0; i < count; ++i) {
-        LoadRun(dst + i * dstPitch, src + i * srcPitch, len, src + span + i * srcPitch);
-    }
+    Core().prefetch.Expect(src + span, span);
 }
 
 // Local -> GM. MTE3 writes GM without going through the vector core's cache; the twin mirrors
@@ -263,16 +253,19 @@ inline void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor<T>& src, c
     src.TwCheckRange(what, twin::Span(p.blockCount, p.blockLen, srcPitch, sizeof(T)));
     auto* out = reinterpret_cast<uint8_t*>(dst.TwData());
     const auto* in = reinterpret_cast<const uint8_t*>(src.TwData());
-    const uint64_t span = p.blockCount == 0 ? 0 : (p.blockCount - 1) * srcPitch + p.blockLen;
     for (uint32_t i = 0; i < p.blockCount; ++i) {
         uint8_t* block = out + i * dstPitch;
-        twin::LoadRun(block + left, in + i * srcPitch, p.blockLen, in + span + i * srcPitch);
+        twin::LoadRun(block + left, in + i * srcPitch, p.blockLen);
         if (!pad.isPad) continue;
         T* elems = reinterpret_cast<T*>(block);
         for (uint64_t e = 0; e < left / sizeof(T); ++e) elems[e] = pad.paddingValue;
         for (uint64_t e = (left + p.blockLen) / sizeof(T); e < localLen / sizeof(T); ++e) {
             elems[e] = pad.paddingValue;
         }
+    }
+    if (p.blockCount > 0) {
+        const uint64_t span = (p.blockCount - 1) * srcPitch + p.blockLen;
+        twin::Core().prefetch.Expect(in + span, span);
     }
 }
 

@@ -170,6 +170,54 @@ private:
     uint32_t capacity_ = 0, limit_ = 0, used_ = 0;
 };
 
+// The twin's stand-in for MTE2 loading ahead of the vector unit. The device overlaps the copy of
+// tile i+1 with the compute on tile i; the twin runs in program order, so a copy from GM notes the
+// range it expects to be read next (the same span again right after it: the next tile of a
+// stream), and the vector ops that follow prefetch it a little at a time as they work. Spread
+// out, the misses stay within what a core keeps in flight and DRAM latency hides behind compute;
+// the next copy then reads the cache. Prefetches never fault and change no value, so a wrong
+// guess costs bandwidth only.
+class Prefetcher {
+public:
+    static constexpr uint32_t kStreams = 4;  // GM inputs of one tile (the oldest guess goes first)
+
+    void Expect(const uint8_t* from, uint64_t bytes)
+    {
+        next_[slot_] = from;
+        pending_ += bytes - left_[slot_];
+        left_[slot_] = bytes;
+        slot_ = (slot_ + 1) % kStreams;
+    }
+
+    void Clear()
+    {
+        for (uint64_t& n : left_) n = 0;
+        pending_ = 0;
+    }
+
+    // Up to `lines` cache lines of the expected ranges, oldest range first.
+    void Pump(uint64_t lines)
+    {
+        if (pending_ == 0) return;
+        for (uint32_t k = 0; k < kStreams && lines > 0; ++k) {
+            const uint32_t s = (slot_ + k) % kStreams;
+            for (; left_[s] > 0 && lines > 0; --lines) {
+                __builtin_prefetch(next_[s], 0, 2);
+                const uint64_t step = left_[s] < 64 ? left_[s] : 64;
+                next_[s] += step;
+                left_[s] -= step;
+                pending_ -= step;
+            }
+        }
+    }
+
+private:
+    const uint8_t* next_[kStreams] = {};
+    uint64_t left_[kStreams] = {};
+    uint64_t pending_ = 0;
+    uint32_t slot_ = 0;
+};
+
 constexpr int kMaxLivePerPosition = 8;
 constexpr int kMaxBuffersPerPipe = 64;
 constexpr int kPositionCount = static_cast<int>(AscendC::TPosition::MAX);
@@ -187,6 +235,7 @@ struct CoreState {
     int32_t pipeBuffers = 0;
     int32_t live[kPositionCount] = {};
     Arena mem[static_cast<int>(Mem::COUNT)];
+    Prefetcher prefetch;
 
     CoreState() { Reset(0, 1, kDefaultLimits); }
 
@@ -199,6 +248,7 @@ struct CoreState {
         pipe = nullptr;
         pipeBuffers = 0;
         for (int32_t& n : live) n = 0;
+        prefetch.Clear();
         const uint32_t sizes[] = {lim.ub, lim.l1, lim.l0a, lim.l0b, lim.l0c, lim.bt};
         for (int i = 0; i < static_cast<int>(Mem::COUNT); ++i) mem[i].Reset(sizes[i]);
     }
@@ -219,6 +269,27 @@ inline void BeginBlock(int64_t blockIdx, int64_t blockNum, const TwCoreLimits& l
 }
 
 inline bool Checked() { return Core().checked; }
+
+// How much the prefetcher fetches while a vector op runs. A core drains about one DRAM miss per
+// 15-20 cycles (the misses it keeps in flight over the latency), so the share follows the op's
+// compute: a cheap pass (~2 cycles per 64 B vector) fetches one line per kCheapShare lines it
+// reads, all before it starts; an op that evaluates exp fetches as many lines as it reads, a few
+// before each strip of kStripElems, so that a tile's activation alone covers the next tile.
+constexpr uint64_t kCheapShare = 8;
+constexpr uint32_t kStripElems = 256;
+
+inline void PumpCheap(uint64_t bytesRead) { Core().prefetch.Pump(bytesRead / 64 / kCheapShare); }
+
+// body(begin, end) over [0, count) in strips, prefetching `lines` cache lines before each.
+template <typename Body>
+inline void Strips(uint32_t count, uint32_t lines, Body body)
+{
+    Prefetcher& prefetch = Core().prefetch;
+    for (uint32_t begin = 0; begin < count; begin += kStripElems) {
+        prefetch.Pump(lines);
+        body(begin, count - begin < kStripElems ? count : begin + kStripElems);
+    }
+}
 
 }  // namespace twin
 

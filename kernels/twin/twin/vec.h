@@ -67,6 +67,7 @@ inline void Unary(const char* what, const AscendC::LocalTensor<T>& dst, const As
     CheckLocal(what, src, count);
     T* d = dst.TwData();
     const T* s = src.TwData();
+    PumpCheap(uint64_t(count) * sizeof(T));
     TW_IVDEP
     for (int32_t i = 0; i < count; ++i) d[i] = static_cast<T>(f(Up(s[i])));
 }
@@ -82,6 +83,7 @@ inline void Binary(const char* what, const AscendC::LocalTensor<T>& dst, const A
     T* d = dst.TwData();
     const T* a = src0.TwData();
     const T* b = src1.TwData();
+    PumpCheap(uint64_t(count) * 2 * sizeof(T));
     TW_IVDEP
     for (int32_t i = 0; i < count; ++i) d[i] = static_cast<T>(f(Up(a[i]), Up(b[i])));
 }
@@ -351,6 +353,7 @@ inline void CastLoop(const AscendC::LocalTensor<D>& dst, const AscendC::LocalTen
     CheckLocal("Cast", src, count);
     D* d = dst.TwData();
     const S* s = src.TwData();
+    PumpCheap(uint64_t(count) * sizeof(S));
     TW_IVDEP
     for (uint32_t i = 0; i < count; ++i) d[i] = f(s[i]);
 }
