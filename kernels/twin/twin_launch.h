@@ -43,7 +43,8 @@ struct Launch {
     }
 };
 
-// One block on the calling thread. After a failure the remaining blocks are skipped.
+// One block on the calling thread. After a failure the remaining blocks are skipped. The block's
+// streamed GM writes are fenced before it counts as done.
 inline void RunBlock(void* arg, uint32_t block)
 {
     auto* launch = static_cast<Launch*>(arg);
@@ -56,6 +57,7 @@ inline void RunBlock(void* arg, uint32_t block)
     } catch (...) {
         launch->Record(block, "unknown exception");
     }
+    FenceStreams();
 }
 
 // The body of tw_run once the tiling is in its struct. A null host runs the blocks in order.

@@ -105,12 +105,12 @@ inline void CopyBlocksFromGm(uint8_t* dst, const uint8_t* src, uint32_t count, u
 // evicts the UB tiles nor pays a read for ownership. Shorter runs are plain copies.
 constexpr uint64_t kStreamBytes = 2048;
 
-inline bool StreamRun(uint8_t* dst, const uint8_t* src, uint64_t len)
+inline void StreamRun(uint8_t* dst, const uint8_t* src, uint64_t len)
 {
 #if defined(__SSE2__)
     if (len < kStreamBytes) {
         std::memcpy(dst, src, len);
-        return false;
+        return;
     }
     const uint64_t head = (64 - reinterpret_cast<uintptr_t>(dst) % 64) % 64;
     std::memcpy(dst, src, head);
@@ -135,20 +135,18 @@ inline bool StreamRun(uint8_t* dst, const uint8_t* src, uint64_t len)
 #endif
     }
     std::memcpy(dst + body, src + body, len - body);
-    return true;
 #else
     std::memcpy(dst, src, len);
-    return false;
 #endif
 }
 
-// Non-temporal stores are weakly ordered: fence them before the copy returns.
-inline void StreamFence(bool streamed)
+// Non-temporal stores are weakly ordered. The core's own loads see them in program order, so one
+// fence per block, before the launcher reports the block done (FenceStreams), makes them visible
+// to every other thread; a fence per copy stalled each tile's copy until its stores drained.
+inline void FenceStreams()
 {
 #if defined(__SSE2__)
-    if (streamed) _mm_sfence();
-#else
-    (void)streamed;
+    _mm_sfence();
 #endif
 }
 
@@ -156,13 +154,11 @@ inline void StreamFence(bool streamed)
 inline void CopyBlocksToGm(uint8_t* dst, const uint8_t* src, uint32_t count, uint64_t len, uint64_t dstPitch,
                            uint64_t srcPitch)
 {
-    bool streamed = false;
     if (dstPitch == len && srcPitch == len) {
-        streamed = StreamRun(dst, src, count * len);
+        StreamRun(dst, src, count * len);
     } else {
-        for (uint32_t i = 0; i < count; ++i) streamed |= StreamRun(dst + i * dstPitch, src + i * srcPitch, len);
+        for (uint32_t i = 0; i < count; ++i) StreamRun(dst + i * dstPitch, src + i * srcPitch, len);
     }
-    StreamFence(streamed);
 }
 
 // Elements spanned by `count` blocks of `len` bytes laid `pitch` bytes apart.
