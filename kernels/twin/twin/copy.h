@@ -85,19 +85,30 @@ inline void LoadRun(uint8_t* dst, const uint8_t* src, uint64_t len)
 #endif
 }
 
-// CopyBlocks from GM to local memory (which never overlap). The span after the one read is what
-// the prefetcher expects next (see Prefetcher).
-inline void CopyBlocksFromGm(uint8_t* dst, const uint8_t* src, uint32_t count, uint64_t len, uint64_t dstPitch,
-                             uint64_t srcPitch)
+// What a copy from `src` (a GlobalTensor view) that read `span` bytes expects to read next: as
+// many bytes again, within the tensor when its size is known.
+template <typename T>
+inline void ExpectNext(const AscendC::GlobalTensor<T>& src, uint64_t span)
 {
-    if (count == 0) return;
-    const uint64_t span = (count - 1) * srcPitch + len;
+    uint64_t ahead = span;
+    if (src.TwSized()) {
+        const uint64_t size = src.GetSize() * sizeof(T);
+        ahead = size > 2 * span ? span : (size > span ? size - span : 0);
+    }
+    Core().prefetch.Expect(reinterpret_cast<const uint8_t*>(src.TwData()) + span, ahead);
+}
+
+// CopyBlocks from GM to local memory (which never overlap); returns the bytes of GM spanned.
+inline uint64_t CopyBlocksFromGm(uint8_t* dst, const uint8_t* src, uint32_t count, uint64_t len, uint64_t dstPitch,
+                                 uint64_t srcPitch)
+{
+    if (count == 0) return 0;
     if (dstPitch == len && srcPitch == len) {
-        LoadRun(dst, src, span);
+        LoadRun(dst, src, count * len);
     } else {
         for (uint32_t i = 0; i < count; ++i) LoadRun(dst + i * dstPitch, src + i * srcPitch, len);
     }
-    Core().prefetch.Expect(src + span, span);
+    return (count - 1) * srcPitch + len;
 }
 
 // Local -> GM. MTE3 writes GM without going through the vector core's cache; the twin mirrors
@@ -179,6 +190,7 @@ inline void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, cons
     src.TwCheckRange("DataCopy GM->local", bytes / sizeof(T));
     twin::CopyBlocksFromGm(reinterpret_cast<uint8_t*>(dst.TwData()), reinterpret_cast<const uint8_t*>(src.TwData()),
                            1, bytes, bytes, bytes);
+    twin::ExpectNext(src, bytes);
 }
 
 template <typename T>
@@ -207,8 +219,10 @@ inline void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, cons
     uint64_t srcPitch = len + uint64_t(p.srcStride) * 32, dstPitch = len + uint64_t(p.dstStride) * 32;
     twin::CheckLocal("DataCopy GM->local", dst, twin::Span(p.blockCount, len, dstPitch, sizeof(T)));
     src.TwCheckRange("DataCopy GM->local", twin::Span(p.blockCount, len, srcPitch, sizeof(T)));
-    twin::CopyBlocksFromGm(reinterpret_cast<uint8_t*>(dst.TwData()), reinterpret_cast<const uint8_t*>(src.TwData()),
-                     p.blockCount, len, dstPitch, srcPitch);
+    const uint64_t span = twin::CopyBlocksFromGm(reinterpret_cast<uint8_t*>(dst.TwData()),
+                                                 reinterpret_cast<const uint8_t*>(src.TwData()), p.blockCount, len,
+                                                 dstPitch, srcPitch);
+    twin::ExpectNext(src, span);
 }
 
 template <typename T>
@@ -259,10 +273,7 @@ inline void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor<T>& src, c
             elems[e] = pad.paddingValue;
         }
     }
-    if (p.blockCount > 0) {
-        const uint64_t span = (p.blockCount - 1) * srcPitch + p.blockLen;
-        twin::Core().prefetch.Expect(in + span, span);
-    }
+    if (p.blockCount > 0) twin::ExpectNext(src, (p.blockCount - 1) * srcPitch + p.blockLen);
 }
 
 // local -> GM: block i starts at i*(blockLen rounded up to 32 B + srcStride*32) locally.
