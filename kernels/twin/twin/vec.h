@@ -237,11 +237,19 @@ inline void ReduceSum(const LocalTensor<T>& dst, const LocalTensor<T>& src, cons
     const T* s = src.TwData();
     float lanes[kLanes] = {};
     int32_t i = 0;
+    twin::PumpCheap(uint64_t(count) * sizeof(T));
     for (; i + kLanes <= count; i += kLanes) {
         TW_IVDEP
         for (int32_t j = 0; j < kLanes; ++j) lanes[j] += static_cast<float>(s[i + j]);
     }
-    for (int32_t j = 0; i + j < count; ++j) lanes[j] += static_cast<float>(s[i + j]);
+    if (i < count) {
+        // The tail as a whole chunk padded with -0.0f, which leaves every sum as it is (+0.0f would
+        // turn a -0.0f lane positive). Only constant indices into `lanes`, so the compiler keeps
+        // the 64 lanes in registers instead of going through memory on every chunk.
+        float tail[kLanes];
+        for (int32_t j = 0; j < kLanes; ++j) tail[j] = i + j < count ? static_cast<float>(s[i + j]) : -0.0f;
+        for (int32_t j = 0; j < kLanes; ++j) lanes[j] += tail[j];
+    }
     for (int32_t w = kLanes / 2; w > 0; w /= 2) {
         for (int32_t j = 0; j < w; ++j) lanes[j] += lanes[j + w];
     }
