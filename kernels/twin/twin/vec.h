@@ -243,9 +243,9 @@ inline void ReduceSum(const LocalTensor<T>& dst, const LocalTensor<T>& src, cons
         for (int32_t j = 0; j < kLanes; ++j) lanes[j] += static_cast<float>(s[i + j]);
     }
     if (i < count) {
-        // The tail as a whole chunk padded with -0.0f, which leaves every sum as it is (+0.0f would
-        // turn a -0.0f lane positive). Only constant indices into `lanes`, so the compiler keeps
-        // the 64 lanes in registers instead of going through memory on every chunk.
+        // The tail as a whole chunk padded with -0.0f, the identity of float addition, so the
+        // lanes past the end keep their sums. Only constant indices into `lanes`: the compiler
+        // keeps the 64 lanes in registers instead of going through memory on every chunk.
         float tail[kLanes];
         for (int32_t j = 0; j < kLanes; ++j) tail[j] = i + j < count ? static_cast<float>(s[i + j]) : -0.0f;
         for (int32_t j = 0; j < kLanes; ++j) lanes[j] += tail[j];

@@ -67,6 +67,16 @@ static void FloatOps()
     double sum = 0;
     for (int i = 0; i < N; ++i) sum += b.GetValue(i);
     CHECK(Close(d.GetValue(0), sum, 1e-6, 0), "ReduceSum %g vs %g", d.GetValue(0), sum);
+    {
+        // The documented order, bit for bit (N is not a multiple of the 64 lanes).
+        float lanes[64] = {};
+        for (int i = 0; i < N; ++i) lanes[i % 64] += a.GetValue(i);
+        for (int w = 32; w > 0; w /= 2) {
+            for (int j = 0; j < w; ++j) lanes[j] += lanes[j + w];
+        }
+        ReduceSum(d, a, ub.Get<float>(3), N);
+        CHECK(d.GetValue(0) == lanes[0], "ReduceSum order %g vs %g", d.GetValue(0), lanes[0]);
+    }
     ReduceMax(d, a, ub.Get<float>(3), N, true);
     uint32_t idx;
     std::memcpy(&idx, d.TwData() + 1, 4);
