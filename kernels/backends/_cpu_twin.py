@@ -101,6 +101,8 @@ class CpuTwinBackend(Backend):
             "host": platform.node(),
             "cpu": platform.processor() or platform.machine(),
             "threads": self._threads,
+            # Timings depend on the twin as much as on the kernel: a record names its twin.
+            "twin": _twin_sources_digest()[:12],
         }
 
     # -- build -------------------------------------------------------------------------------

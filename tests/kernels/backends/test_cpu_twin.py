@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from kernels.backends import BuildLimits, MeasureOptions
+from kernels.backends import BuildLimits, MeasureOptions, _cpu_twin
 from kernels.backends._cpu_twin import CpuTwinBackend
 from kernels.ops import OpSpec, StructField, get_op
 from kernels.targets import twin_target
@@ -199,3 +200,16 @@ def test_crash_and_hang_fail_one_trial_and_the_runner_restarts(tmp_path: Path) -
         status, error = run(2)
         assert status == "timeout" and "runner killed" in (error or "")
         assert run(0) == ("ok", None)
+
+
+def test_environment_names_the_twin_sources(
+    backend: CpuTwinBackend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    before = backend.environment()["twin"]
+    twin = tmp_path / "twin"
+    shutil.copytree(_cpu_twin.TWIN_DIR, twin)
+    monkeypatch.setattr(_cpu_twin, "TWIN_DIR", twin)
+    assert backend.environment()["twin"] == before  # same sources, same name
+    with (twin / "twin" / "vec.h").open("a") as f:
+        f.write("// a change to the twin\n")
+    assert backend.environment()["twin"] != before
