@@ -8,4 +8,5 @@
 #include "twin/pipe.h"
 #include "twin/copy.h"
 #include "twin/vec.h"
+#include "twin/cmpsel.h"
 #include "twin/activation.h"

@@ -199,6 +199,72 @@ static void GatherByByteOffsets()
     Pass("gather_by_byte_offsets");
 }
 
+// Masks are little-endian bit strings; the count form of Compare takes whole 256 B repeats.
+static void CompareAndSelect()
+{
+    FreshCore();
+    Ub ub;
+    constexpr int M = 192;  // three 64-float repeats
+    auto a = ub.Get<float>(0), b = ub.Get<float>(1), d = ub.Get<float>(2);
+    auto mask = ub.Get<uint8_t>(3);
+    for (int i = 0; i < M; ++i) { a.SetValue(i, Val(i)); b.SetValue(i, Val((i * 37) % M)); }
+    b.SetValue(5, a.GetValue(5));  // one tie
+    const CMPMODE modes[] = {CMPMODE::LT, CMPMODE::GT, CMPMODE::EQ, CMPMODE::LE, CMPMODE::GE, CMPMODE::NE};
+    for (CMPMODE mode : modes) {
+        auto want = [mode](float x, float y) {
+            switch (mode) {
+                case CMPMODE::LT: return x < y;
+                case CMPMODE::GT: return x > y;
+                case CMPMODE::EQ: return x == y;
+                case CMPMODE::LE: return x <= y;
+                case CMPMODE::GE: return x >= y;
+                default: return x != y;
+            }
+        };
+        Compare(mask, a, b, mode, M);
+        for (int i = 0; i < M; ++i) {
+            bool bit = (mask.GetValue(i / 8) >> (i % 8)) & 1;
+            CHECK(bit == want(a.GetValue(i), b.GetValue(i)), "Compare mode %d element %d", int(mode), i);
+        }
+        CompareScalar(mask, a, 1.25f, mode, M);
+        for (int i = 0; i < M; ++i) {
+            bool bit = (mask.GetValue(i / 8) >> (i % 8)) & 1;
+            CHECK(bit == want(a.GetValue(i), 1.25f), "CompareScalar mode %d element %d", int(mode), i);
+        }
+    }
+    // Bit 0 of byte 0 is element 0: only elements 0 and 9 pass.
+    for (int i = 0; i < 64; ++i) b.SetValue(i, i == 0 || i == 9 ? 1.0f : -1.0f);
+    CompareScalar(mask, b, 0.0f, CMPMODE::GT, 64);
+    CHECK(mask.GetValue(0) == 0x01 && mask.GetValue(1) == 0x02, "bit order %x %x", mask.GetValue(0),
+          mask.GetValue(1));
+
+    CompareScalar(mask, a, 0.0f, CMPMODE::GT, M);
+    Select(d, mask, a, -7.0f, SELMODE::VSEL_TENSOR_SCALAR_MODE, M - 3);  // any count the mask covers
+    for (int i = 0; i < M - 3; ++i) {
+        float want = a.GetValue(i) > 0.0f ? a.GetValue(i) : -7.0f;
+        CHECK(d.GetValue(i) == want, "Select scalar %d", i);
+    }
+    Select(d, mask, a, b, SELMODE::VSEL_TENSOR_TENSOR_MODE, M);
+    for (int i = 0; i < M; ++i) {
+        float want = a.GetValue(i) > 0.0f ? a.GetValue(i) : b.GetValue(i);
+        CHECK(d.GetValue(i) == want, "Select tensor %d", i);
+    }
+    auto h = ub.Get<half>(2);
+    for (int i = 0; i < 128; ++i) h.SetValue(i, half(Val(i)));
+    CompareScalar(mask, h, half(0.0f), CMPMODE::LE, 128);
+    for (int i = 0; i < 128; ++i) {
+        bool bit = (mask.GetValue(i / 8) >> (i % 8)) & 1;
+        CHECK(bit == (float(h.GetValue(i)) <= 0.0f), "CompareScalar half %d", i);
+    }
+
+    EXPECT_ERROR(CompareScalar(mask, a, 0.0f, CMPMODE::GT, 48), "not a whole number of 256 B repeats");
+    EXPECT_ERROR(CompareScalar(mask, h, half(0.0f), CMPMODE::GT, 64), "multiple of 128 elements");
+    auto ints = ub.Get<int32_t>(1);
+    EXPECT_ERROR(CompareScalar(mask, ints, 3, CMPMODE::LT, 64), "EQ only");
+    EXPECT_ERROR(Select(d, mask, a, b, SELMODE::VSEL_CMPMASK_SPR, M), "VSEL_TENSOR_TENSOR_MODE only");
+    Pass("compare_and_select");
+}
+
 int main()
 {
     FloatOps();
@@ -206,5 +272,6 @@ int main()
     IntegerWraparound();
     CastModes();
     GatherByByteOffsets();
+    CompareAndSelect();
     return 0;
 }

@@ -1,0 +1,168 @@
+// Compare and Select in count form: element-wise tests packed into bit masks, and selection by
+// such a mask.
+//
+// A mask is a uint8 LocalTensor, one bit per element, little-endian: element i is bit i % 8 of
+// byte i / 8. Compare and CompareScalar take a count whose bytes are whole 256 B vector repeats
+// (64 float or 128 half elements), as the hardware's count form asserts; Select takes any count
+// its mask covers.
+#pragma once
+
+#include <cstring>
+#include <utility>
+#include <type_traits>
+
+#include "tensor.h"
+#include "vec.h"
+
+namespace AscendC {
+
+enum class CMPMODE : uint8_t { LT = 0, GT, EQ, LE, GE, NE };
+enum class SELMODE : uint8_t { VSEL_CMPMASK_SPR = 0, VSEL_TENSOR_SCALAR_MODE, VSEL_TENSOR_TENSOR_MODE };
+
+}  // namespace AscendC
+
+namespace twin {
+
+constexpr uint64_t kRepeatBytes = 256;  // one vector repeat: the unit of a count-form compare
+
+// What a compare computes in: half in float, integers as themselves (signed stays signed).
+template <typename T>
+inline auto AsCompared(T v) { return static_cast<std::conditional_t<std::is_integral_v<T>, T, float>>(v); }
+
+template <typename T>
+inline void CheckCompareCount(const char* what, uint32_t count)
+{
+    if (uint64_t(count) * sizeof(T) % kRepeatBytes != 0) {
+        Fail(what, ": count ", count, " (", uint64_t(count) * sizeof(T), " B) is not a whole number of ",
+             kRepeatBytes, " B repeats; round it up to a multiple of ", kRepeatBytes / sizeof(T), " elements");
+    }
+}
+
+// dst bit i = test(i) for i < count, count a multiple of 64. Bits go 64 at a time into one word,
+// a form the compiler turns into vector compares that write mask registers.
+template <typename Test>
+inline void PackBits(const char* what, const AscendC::LocalTensor<uint8_t>& dst, uint32_t count, Test test)
+{
+    CheckLocal(what, dst, count / 8);
+    uint8_t* d = dst.TwData();
+    for (uint32_t i = 0; i < count; i += 64) {
+        uint64_t word = 0;
+        for (uint32_t j = 0; j < 64; ++j) word |= uint64_t(test(i + j)) << j;
+        std::memcpy(d + i / 8, &word, 8);  // little-endian host: byte k holds bits 8k .. 8k + 7
+    }
+}
+
+// The mode is fixed per call: dispatch once, so each loop body is a plain comparison.
+template <typename T, typename Load>
+inline void CompareLoop(const char* what, const AscendC::LocalTensor<uint8_t>& dst, AscendC::CMPMODE mode,
+                        uint32_t count, Load pair)
+{
+    using AscendC::CMPMODE;
+    auto run = [&](auto cmp) {
+        PackBits(what, dst, count, [&](uint32_t i) {
+            auto [a, b] = pair(i);
+            return cmp(a, b);
+        });
+    };
+    switch (mode) {
+        case CMPMODE::LT: run([](auto a, auto b) { return a < b; }); break;
+        case CMPMODE::GT: run([](auto a, auto b) { return a > b; }); break;
+        case CMPMODE::EQ: run([](auto a, auto b) { return a == b; }); break;
+        case CMPMODE::LE: run([](auto a, auto b) { return a <= b; }); break;
+        case CMPMODE::GE: run([](auto a, auto b) { return a >= b; }); break;
+        case CMPMODE::NE: run([](auto a, auto b) { return a != b; }); break;
+        default: Fail(what, ": unknown CMPMODE ", int(mode));
+    }
+}
+
+inline bool MaskBit(const uint8_t* mask, uint32_t i)
+{
+    return (mask[i / 8] >> (i % 8)) & 1u;
+}
+
+}  // namespace twin
+
+namespace AscendC {
+
+// dst bit i = src0[i] <cmpMode> src1[i]. half and float; int32 too (all modes, as on A2).
+template <typename T, typename U>
+inline void Compare(const LocalTensor<U>& dst, const LocalTensor<T>& src0, const LocalTensor<T>& src1,
+                    CMPMODE cmpMode, uint32_t count)
+{
+    static_assert(std::is_same_v<U, uint8_t>, "Compare: the mask must be uint8_t");
+    static_assert(twin::kFloating<T> || std::is_same_v<T, int32_t>, "Compare: unsupported data type");
+    twin::CheckCompareCount<T>("Compare", count);
+    twin::CheckLocal("Compare", src0, count);
+    twin::CheckLocal("Compare", src1, count);
+    const T* a = src0.TwData();
+    const T* b = src1.TwData();
+    twin::PumpCheap(uint64_t(count) * 2 * sizeof(T));
+    twin::CompareLoop<T>("Compare", dst, cmpMode, count,
+                         [&](uint32_t i) { return std::pair{twin::AsCompared(a[i]), twin::AsCompared(b[i])}; });
+}
+
+// dst bit i = src0[i] <cmpMode> src1Scalar. half and float; int32 only with EQ (as on A2).
+template <typename T, typename U>
+inline void CompareScalar(const LocalTensor<U>& dst, const LocalTensor<T>& src0, const T src1Scalar,
+                          CMPMODE cmpMode, uint32_t count)
+{
+    static_assert(std::is_same_v<U, uint8_t>, "CompareScalar: the mask must be uint8_t");
+    static_assert(twin::kFloating<T> || std::is_same_v<T, int32_t>, "CompareScalar: unsupported data type");
+    if (std::is_same_v<T, int32_t> && cmpMode != CMPMODE::EQ) {
+        twin::Fail("CompareScalar: int32_t supports CMPMODE::EQ only, got mode ", int(cmpMode));
+    }
+    twin::CheckCompareCount<T>("CompareScalar", count);
+    twin::CheckLocal("CompareScalar", src0, count);
+    const T* a = src0.TwData();
+    const auto s = twin::AsCompared(src1Scalar);
+    twin::PumpCheap(uint64_t(count) * sizeof(T));
+    twin::CompareLoop<T>("CompareScalar", dst, cmpMode, count,
+                         [&](uint32_t i) { return std::pair{twin::AsCompared(a[i]), s}; });
+}
+
+// dst[i] = mask bit i ? src0[i] : src1 (VSEL_TENSOR_SCALAR_MODE). half and float.
+template <typename T, typename U>
+inline void Select(const LocalTensor<T>& dst, const LocalTensor<U>& selMask, const LocalTensor<T>& src0, T src1,
+                   SELMODE selMode, uint32_t count)
+{
+    static_assert(twin::kFloating<T>, "Select: unsupported data type");
+    static_assert(std::is_same_v<U, uint8_t>, "Select: the twin takes uint8_t masks");
+    if (selMode != SELMODE::VSEL_TENSOR_SCALAR_MODE) {
+        twin::Fail("Select with a scalar: selMode must be VSEL_TENSOR_SCALAR_MODE, got ", int(selMode));
+    }
+    twin::CheckLocal("Select", dst, count);
+    twin::CheckLocal("Select", src0, count);
+    twin::CheckLocal("Select", selMask, (uint64_t(count) + 7) / 8);
+    T* d = dst.TwData();
+    const T* a = src0.TwData();
+    const uint8_t* m = selMask.TwData();
+    twin::PumpCheap(uint64_t(count) * sizeof(T));
+    TW_IVDEP
+    for (uint32_t i = 0; i < count; ++i) d[i] = twin::MaskBit(m, i) ? a[i] : src1;
+}
+
+// dst[i] = mask bit i ? src0[i] : src1[i]. Only VSEL_TENSOR_TENSOR_MODE: the twin has no
+// compare-mask register (SetCmpMask), so VSEL_CMPMASK_SPR is refused with a message.
+template <typename T, typename U>
+inline void Select(const LocalTensor<T>& dst, const LocalTensor<U>& selMask, const LocalTensor<T>& src0,
+                   const LocalTensor<T>& src1, SELMODE selMode, uint32_t count)
+{
+    static_assert(twin::kFloating<T>, "Select: unsupported data type");
+    static_assert(std::is_same_v<U, uint8_t>, "Select: the twin takes uint8_t masks");
+    if (selMode != SELMODE::VSEL_TENSOR_TENSOR_MODE) {
+        twin::Fail("Select with two tensors: the twin supports VSEL_TENSOR_TENSOR_MODE only, got ", int(selMode));
+    }
+    twin::CheckLocal("Select", dst, count);
+    twin::CheckLocal("Select", src0, count);
+    twin::CheckLocal("Select", src1, count);
+    twin::CheckLocal("Select", selMask, (uint64_t(count) + 7) / 8);
+    T* d = dst.TwData();
+    const T* a = src0.TwData();
+    const T* b = src1.TwData();
+    const uint8_t* m = selMask.TwData();
+    twin::PumpCheap(uint64_t(count) * 2 * sizeof(T));
+    TW_IVDEP
+    for (uint32_t i = 0; i < count; ++i) d[i] = twin::MaskBit(m, i) ? a[i] : b[i];
+}
+
+}  // namespace AscendC
