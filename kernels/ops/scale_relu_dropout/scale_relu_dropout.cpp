@@ -20,7 +20,7 @@ using namespace AscendC;
 struct ScaleReluDropoutTiling {
     int32_t totalLength;  // elements
     int32_t blockLength;  // elements per block, a multiple of 16
-    int32_t tileLength;   // elements per UB tile, a multiple of 16
+    int32_t tileLength;   // elements per UB tile, a multiple of 64 (whole 256 B float repeats)
     uint32_t seedMix;     // seed * 0x9E3779B9 (mod 2^32)
     float scale;
     float dropP;
@@ -30,7 +30,6 @@ struct ScaleReluDropoutTiling {
 constexpr uint32_t HASH_MUL_1 = 0x85EBCA6Bu;
 constexpr uint32_t HASH_MUL_2 = 0xC2B2AE35u;
 constexpr float TWO_POW_24 = 16777216.0f;    // 24 hash bits h are uniform in [0, 2^24)
-constexpr float TWO_POW_30 = 1073741824.0f;  // scales |h - p * 2^24| (0.375 or more at p = 0.1) past keepScale
 
 template <typename T>
 class KernelScaleReluDropout {
@@ -49,10 +48,8 @@ public:
         pipe->InitBuffer(inQueueX_, BUFFER_NUM, tiling.tileLength * sizeof(T));
         pipe->InitBuffer(outQueueY_, BUFFER_NUM, tiling.tileLength * sizeof(T));
         pipe->InitBuffer(hashBuf_, tiling.tileLength * sizeof(uint32_t));
-        pipe->InitBuffer(maskBuf_, tiling.tileLength * sizeof(float));
-        if constexpr (IsSameType<T, half>::value) {
-            pipe->InitBuffer(maskCastBuf_, tiling.tileLength * sizeof(T));
-        }
+        pipe->InitBuffer(scratchBuf_, tiling.tileLength * sizeof(float));
+        pipe->InitBuffer(keepBuf_, tiling.tileLength / 8);  // one bit per element
     }
 
     __aicore__ inline void Process()
@@ -80,13 +77,12 @@ private:
         inQueueX_.EnQue(xLocal);
     }
 
-    // keep[i] * keepScale in maskBuf: keepScale when hash(seed, globalOffset + i) / 2^24 > dropP,
-    // else 0.0f. The 24 hash bits h are exact in float and h / 2^24 > p <=> h - p * 2^24 > 0, so
-    // the mask is the threshold test scaled far past keepScale, then clamped to [0, keepScale].
-    __aicore__ inline LocalTensor<float> KeepMask(int32_t globalOffset, int32_t count)
+    // Bit i of keepBuf: hash(seed, globalOffset + i) / 2^24 > dropP. The 24 hash bits h are exact
+    // in float, and h / 2^24 > p <=> h > p * 2^24 (a power-of-two scaling, also exact).
+    __aicore__ inline LocalTensor<uint8_t> KeepBits(int32_t globalOffset, int32_t count)
     {
         LocalTensor<uint32_t> hash = hashBuf_.Get<uint32_t>();
-        LocalTensor<uint32_t> shifted = maskBuf_.Get<uint32_t>();
+        LocalTensor<uint32_t> shifted = scratchBuf_.Get<uint32_t>();
         // (index + seedMix) mod 2^32 as the first index: the seed costs no pass of its own.
         uint32_t first = static_cast<uint32_t>(globalOffset) + tiling_.seedMix;
         CreateVecIndex(hash.ReinterpretCast<int32_t>(), static_cast<int32_t>(first), count);
@@ -98,30 +94,26 @@ private:
         Add(hash, hash, shifted, count);
         ShiftRight(hash, hash, 8u, count);
 
-        LocalTensor<float> mask = maskBuf_.Get<float>();
-        Cast(mask, hash.ReinterpretCast<int32_t>(), RoundMode::CAST_NONE, count);
-        Adds(mask, mask, -tiling_.dropP * TWO_POW_24, count);
-        Muls(mask, mask, TWO_POW_30, count);
-        Mins(mask, mask, tiling_.keepScale, count);
-        Maxs(mask, mask, 0.0f, count);
-        return mask;
+        LocalTensor<float> u = scratchBuf_.Get<float>();
+        Cast(u, hash.ReinterpretCast<int32_t>(), RoundMode::CAST_NONE, count);
+        LocalTensor<uint8_t> keep = keepBuf_.Get<uint8_t>();
+        CompareScalar(keep, u, tiling_.dropP * TWO_POW_24, CMPMODE::GT, count);
+        return keep;
     }
 
+    // y = keep ? relu(x * scale * keepScale) : 0. The whole tile is computed over `count` rounded
+    // up to whole 256 B repeats (CompareScalar's unit; tileLength is a multiple of that): the
+    // elements past the data are never copied out.
     __aicore__ inline void Compute(int32_t globalOffset, int32_t count)
     {
+        constexpr int32_t repeat = 256 / sizeof(float);  // the float compare sets the unit
+        int32_t padded = (count + repeat - 1) / repeat * repeat;
         LocalTensor<T> xLocal = inQueueX_.DeQue<T>();
         LocalTensor<T> yLocal = outQueueY_.AllocTensor<T>();
-        LocalTensor<float> maskF = KeepMask(globalOffset, count);
-        LocalTensor<T> mask;
-        if constexpr (IsSameType<T, half>::value) {
-            mask = maskCastBuf_.Get<T>();
-            Cast(mask, maskF, RoundMode::CAST_NONE, count);
-        } else {
-            mask = maskF;
-        }
-        Muls(yLocal, xLocal, static_cast<T>(tiling_.scale), count);
-        Relu(yLocal, yLocal, count);
-        Mul(yLocal, yLocal, mask, count);
+        LocalTensor<uint8_t> keep = KeepBits(globalOffset, padded);
+        Muls(yLocal, xLocal, static_cast<T>(tiling_.scale * tiling_.keepScale), padded);
+        Relu(yLocal, yLocal, padded);
+        Select(yLocal, keep, yLocal, static_cast<T>(0.0f), SELMODE::VSEL_TENSOR_SCALAR_MODE, padded);
         outQueueY_.EnQue(yLocal);
         inQueueX_.FreeTensor(xLocal);
     }
@@ -141,8 +133,8 @@ private:
     TQue<TPosition::VECIN, BUFFER_NUM> inQueueX_;
     TQue<TPosition::VECOUT, BUFFER_NUM> outQueueY_;
     TBuf<TPosition::VECCALC> hashBuf_;
-    TBuf<TPosition::VECCALC> maskBuf_;
-    TBuf<TPosition::VECCALC> maskCastBuf_;
+    TBuf<TPosition::VECCALC> scratchBuf_;
+    TBuf<TPosition::VECCALC> keepBuf_;
     GlobalTensor<T> xGm_;
     GlobalTensor<T> yGm_;
     ScaleReluDropoutTiling tiling_;

@@ -27,15 +27,18 @@ from kernels.ops._base import (
 from kernels.targets import TargetProfile
 from tuner.types import Shape, Tiling
 
-#: Tiles and blocks are multiples of 16 elements: 32 B for half, and the float/int32 scratch
-#: buffers stay 32 B aligned too.
+#: Blocks are multiples of 16 elements: 32 B for half, and the float/int32 scratch buffers stay
+#: 32 B aligned too. Tiles are multiples of 64: the keep mask is a float compare over whole
+#: 256 B repeats, and a tile's buffers must hold its padded tail.
 ALIGN = 16
+TILE_ALIGN = 64
 SCALE = 1.7
 DROP_P = 0.1
 SEED = 20260522
 _U32 = 0xFFFFFFFF
-#: Vector calls per tile: 8 int32 for the hash, 5 float for the mask, 3 on the data.
-MASK_OPS, DATA_OPS = 13, 3
+#: Vector calls per tile: 8 int32 for the hash, a cast and a compare for the keep bits, 3 on the
+#: data (scale, relu, select).
+MASK_OPS, DATA_OPS = 10, 3
 VECTOR_OPS_PER_TILE = MASK_OPS + DATA_OPS
 
 
@@ -44,9 +47,8 @@ def seed_mix(seed: int) -> int:
 
 
 def keep_mask(n: int, seed: int, p: float) -> np.ndarray:
-    """The kernel's keep test, step for step (uint32 wrap-around, then float32 arithmetic), as a
-    0/1 mask. The kernel clamps to [0, keepScale] instead of [0, 1], folding the 1 / (1 - p)
-    scale into the mask; every element is kept or dropped alike."""
+    """The kernel's keep test, step for step (uint32 wrap-around, then a float32 compare of the
+    24 hash bits with p * 2^24), as a 0/1 mask."""
     h = np.arange(n, dtype=np.uint32)
     h += np.uint32(seed_mix(seed))
     h *= np.uint32(0x85EBCA6B)
@@ -55,9 +57,13 @@ def keep_mask(n: int, seed: int, p: float) -> np.ndarray:
     h += h >> np.uint32(16)
     h >>= np.uint32(8)
     u = h.astype(np.int32).astype(np.float32)
-    u += -np.float32(p) * np.float32(2.0**24)
-    u *= np.float32(2.0**30)
-    return np.maximum(np.minimum(u, np.float32(1.0)), np.float32(0.0))
+    return (u > np.float32(p) * np.float32(2.0**24)).astype(np.float32)
+
+
+def scale_keep(dtype: str) -> np.generic:
+    """scale / (1 - p) as the kernel multiplies by it: a float32 product, cast to the dtype."""
+    product = np.float32(SCALE) * np.float32(1.0 / (1.0 - DROP_P))
+    return NUMPY_DTYPES[dtype](product)
 
 
 class ScaleReluDropout(OpSpec):
@@ -96,16 +102,15 @@ class ScaleReluDropout(OpSpec):
         plan += [Buffer(f"outQueueY[{i}]", "ub", align32(tile * size)) for i in range(depth)]
         plan += [
             Buffer("hashBuf", "ub", align32(tile * 4)),
-            Buffer("maskBuf", "ub", align32(tile * 4)),
+            Buffer("scratchBuf", "ub", align32(tile * 4)),
+            Buffer("keepBuf", "ub", align32(tile // 8)),
         ]
-        if dtype != "float32":
-            plan.append(Buffer("maskCastBuf", "ub", align32(tile * size)))
         return tuple(plan)
 
     def rules(self, tiling: Tiling, shape: Shape, dtype: str, target: TargetProfile) -> list[str]:
         reasons = []
-        if tiling["tileLength"] % ALIGN:
-            reasons.append(f"tileLength {tiling['tileLength']} is not a multiple of {ALIGN}")
+        if tiling["tileLength"] % TILE_ALIGN:
+            reasons.append(f"tileLength {tiling['tileLength']} is not a multiple of {TILE_ALIGN}")
         if tiling["bufferNum"] not in (1, 2):
             reasons.append("bufferNum must be 1 or 2")
         blocks = tiling["blockDim"]
@@ -127,9 +132,9 @@ class ScaleReluDropout(OpSpec):
             for b in domain.values
             if b == 1 or round_up(ceil_div(shape["N"], b), ALIGN) * (b - 1) < shape["N"]
         )
-        tiling = Tiling({"tileLength": ALIGN, "blockDim": blocks, "bufferNum": 2})
+        tiling = Tiling({"tileLength": TILE_ALIGN, "blockDim": blocks, "bufferNum": 2})
         tile = 1 << 15
-        while tile > ALIGN:
+        while tile > TILE_ALIGN:
             candidate = tiling.replace(tileLength=tile)
             if self.footprint(candidate, shape, dtype, target).ub <= target.ub_usable():
                 return candidate
@@ -171,10 +176,9 @@ class ScaleReluDropout(OpSpec):
     ) -> dict[str, np.ndarray]:
         t = NUMPY_DTYPES[dtype]
         x = inputs["x"]
-        mask = keep_mask(shape["N"], SEED, DROP_P).astype(t)
-        y = np.maximum(x * t(SCALE), t(0)) * mask
-        y = y * t(np.float32(1.0 / (1.0 - DROP_P)))
-        return {"y": y.astype(t)}
+        keep = keep_mask(shape["N"], SEED, DROP_P) > 0
+        y = np.maximum(x * scale_keep(dtype), t(0))
+        return {"y": np.where(keep, y, t(0)).astype(t)}
 
     def tolerance(self, dtype: str, shape: Shape) -> tuple[float, float]:
         return (1e-6, 1e-6) if dtype == "float32" else (2e-3, 2e-3)

@@ -90,14 +90,10 @@ int Srd(const std::string& mode, const std::string& dir)
         h *= 0xC2B2AE35u;
         h += h >> 16;
         h >>= 8;
-        float m = float(int32_t(h)) * 5.9604644775390625e-08f;
-        m = (m + -t.dropP) * 1073741824.0f;
-        m = std::max(std::min(m, 1.0f), 0.0f);
-        dropped += m == 0.0f;
-        T v = T(float(x[i]) * float(T(t.scale)));
-        v = T(std::max(float(v), 0.0f));
-        v = T(float(v) * float(T(m)));
-        v = T(float(v) * float(T(t.keepScale)));
+        bool keep = float(int32_t(h)) > t.dropP * 16777216.0f;
+        dropped += !keep;
+        T v = T(float(x[i]) * float(T(t.scale * t.keepScale)));
+        v = keep ? T(std::max(float(v), 0.0f)) : T(0.0f);
         if (y[i] != v) {
             std::fprintf(stderr, "srd y[%d] = %g, want %g\n", i, double(y[i]), double(v));
             return 1;

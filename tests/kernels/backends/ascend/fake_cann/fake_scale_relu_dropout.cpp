@@ -25,15 +25,10 @@ extern "C" uint32_t aclrtlaunch_scale_relu_dropout(uint32_t blockDim, aclrtStrea
         h *= 0xC2B2AE35u;
         h += h >> 16;
         h >>= 8;
-        float u = static_cast<float>(static_cast<int32_t>(h));
-        u *= 5.9604644775390625e-08f;
-        u += -tiling.dropP;
-        u *= 1073741824.0f;
-        float mask = u < 1.0f ? u : 1.0f;
-        mask = mask > 0.0f ? mask : 0.0f;
-        float v = in[i] * tiling.scale;
+        bool keep = static_cast<float>(static_cast<int32_t>(h)) > tiling.dropP * 16777216.0f;
+        float v = in[i] * (tiling.scale * tiling.keepScale);
         v = v > 0.0f ? v : 0.0f;
-        out[i] = wrong ? 0.0f : v * mask * tiling.keepScale;
+        out[i] = wrong || !keep ? 0.0f : v;
     }
     return 0;
 }
