@@ -69,10 +69,17 @@ def _surrogate(seed: int | None, space: SearchSpace | None) -> optuna.samplers.B
     return SurrogateSampler(space=space, seed=seed)
 
 
+def _surrogate_ei(seed: int | None, space: SearchSpace | None) -> optuna.samplers.BaseSampler:
+    # The default before local steps: 15 start-up draws, then expected improvement alone.
+    from tuner.search._surrogate import SurrogateSampler
+
+    return SurrogateSampler(space=space, seed=seed, n_startup=15, acquisitions=("ei",))
+
+
 def _surrogate_mix(seed: int | None, space: SearchSpace | None) -> optuna.samplers.BaseSampler:
     # The same forest, 10 start-up draws, then expected improvement and the best predicted
-    # mean in turn: more exploitation, which pays on small spaces (our cpu-twin spaces of a few
-    # thousand tilings) and costs on large rugged ones (see the README's search table).
+    # mean anywhere in turn: greedier than the default's local steps, which pays on small
+    # spaces and costs on large rugged ones (see the README's search table).
     from tuner.search._surrogate import SurrogateSampler
 
     return SurrogateSampler(space=space, seed=seed, n_startup=10, acquisitions=("ei", "mean"))
@@ -81,6 +88,7 @@ def _surrogate_mix(seed: int | None, space: SearchSpace | None) -> optuna.sample
 #: strategy name -> factory(seed, space). "default" is what ``tilewise tune`` uses.
 STRATEGIES: dict[str, Factory] = {
     "default": _surrogate,
+    "surrogate-ei": _surrogate_ei,
     "surrogate-mix": _surrogate_mix,
     "random": _random,
     "tpe": _tpe,

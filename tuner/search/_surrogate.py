@@ -1,5 +1,6 @@
-"""The default strategy: a random-forest surrogate with expected improvement over feasible
-configurations only (SMAC-style, on a finite categorical space).
+"""The default strategy: a random-forest surrogate over feasible configurations only, with
+expected improvement and local steps around the incumbent in turn (SMAC-style, on a finite
+categorical space).
 
 * Proposals come from a candidate pool that holds only feasible configurations never proposed
   before: the whole feasible set when it can be listed (a recorded space, or a product of the
@@ -9,8 +10,14 @@ configurations only (SMAC-style, on a finite categorical space).
   to log(time) of every evaluated configuration (failures count as the slowest time seen), and
   the unseen candidate that scores best under the acquisition of this step is next. The
   acquisitions, taken in turn from ``acquisitions``: ``ei``, the expected improvement under the
-  spread of the trees (the default, alone); ``mean``, the best predicted time (greedy);
-  ``parzen``, TPE's good/bad density ratio over the fields, which needs no forest.
+  spread of the trees; ``local``, the best predicted of the unseen configurations one field
+  away from the best so far (expected improvement when there is none); ``mean``, the best
+  predicted time anywhere (greedy); ``parzen``, TPE's good/bad density ratio over the fields,
+  which needs no forest. The default alternates ``ei`` and ``local``: expected improvement
+  explores where the trees disagree, the local step settles the fields the forest cannot tell
+  apart around the incumbent (two tilings that differ in one block size and by 0.01%), which
+  greedy steps anywhere in the space did not: they jump to regions the forest extrapolates
+  into optimistically, and lost early on rugged spaces.
 * To stay cheap on long runs the forest is refitted every ``max(1, n // refit_divisor)``
   evaluations; between refits its predictions are reused.
 
@@ -20,8 +27,9 @@ generic ones for tile sizes: the log-product and log-ratio of every pair of size
 power of two dividing the value) of fields that are not all powers of two. Nothing in them is
 specific to one kernel or one recorded space.
 
-Defaults (15 uniform start-up draws, 32 trees, half the features per split, leaves of 2) were
-chosen on the three recorded GPU spaces in shared/spaces and the cpu-twin spaces in tests/data.
+Defaults (10 uniform start-up draws, ``ei`` and ``local`` in turn, 32 trees, half the features
+per split, leaves of 2) were chosen on the three recorded GPU spaces in shared/spaces and the
+cpu-twin spaces in tests/data, over seeds 0-9, and checked on seeds 10-19 (see the README).
 """
 
 from __future__ import annotations
@@ -44,8 +52,9 @@ from tuner.search._strategies import SearchSpace
 Config = tuple[Any, ...]
 
 #: How the next configuration is picked from the forest's prediction: expected improvement,
-#: the best predicted mean (greedy), or TPE's density ratio (which ignores the forest).
-ACQUISITIONS = ("ei", "mean", "parzen")
+#: the best predicted one-field change of the incumbent, the best predicted mean anywhere
+#: (greedy), or TPE's density ratio (which ignores the forest).
+ACQUISITIONS = ("ei", "mean", "parzen", "local")
 
 
 @dataclass(frozen=True)
@@ -63,7 +72,7 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
         *,
         space: SearchSpace | None = None,
         seed: int | None = None,
-        n_startup: int = 15,
+        n_startup: int = 10,
         n_trees: int = 32,
         pool_size: int = 2048,
         enumerate_limit: int = 50_000,
@@ -73,7 +82,7 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
         align: bool = True,
         max_features: float = 0.5,
         min_leaf: int = 2,
-        acquisitions: Sequence[str] = ("ei",),
+        acquisitions: Sequence[str] = ("ei", "local"),
         good_fraction: float = 0.1,
     ) -> None:
         unknown = set(acquisitions) - set(ACQUISITIONS)
@@ -303,6 +312,12 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
             score = gain * ndtr(z) + fit.std * np.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)
         elif acquisition == "mean":
             score = -fit.mean
+        elif acquisition == "local":
+            incumbent = min(observed, key=lambda o: o[1] if math.isfinite(o[1]) else math.inf)[0]
+            near = np.array([_fields_apart(c, incumbent) == 1 for c in fit.candidates])
+            if not (near & fresh).any():
+                return self._best_by("ei", dists, seen, observed)
+            score = np.where(near, -fit.mean, -np.inf)
         else:
             score = self._parzen(dists, fit.candidates, observed)
         score = np.where(fresh, score, -np.inf)
@@ -359,6 +374,10 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
             for a, b in itertools.combinations(sizes, 2):
                 columns += [logs[a] + logs[b], logs[a] - logs[b]]
         return np.stack(columns, axis=1)
+
+
+def _fields_apart(a: Config, b: Config) -> int:
+    return sum(x != y for x, y in zip(a, b, strict=True))
 
 
 def _alignment(value: float) -> float:

@@ -81,7 +81,9 @@ def test_default_reaches_the_optimum_faster_than_random(tmp_path: Path) -> None:
     assert max(default) <= budget
 
 
-@pytest.mark.parametrize("acquisitions", [("ei",), ("mean",), ("parzen",), ("ei", "mean")])
+@pytest.mark.parametrize(
+    "acquisitions", [("ei",), ("mean",), ("parzen",), ("local",), ("ei", "mean"), ("ei", "local")]
+)
 def test_every_acquisition_proposes_feasible_unseen_configurations(
     tmp_path: Path, acquisitions: tuple[str, ...]
 ) -> None:
@@ -118,6 +120,23 @@ def test_mean_takes_the_best_predicted_unseen_configuration(tmp_path: Path) -> N
     run = replay_search(space, sampler, budget=60)
     # Greedy on a smooth landscape: once the model has data it walks straight to the optimum.
     assert run.evaluations_to(space.optimum_ms * 1.01) is not None
+
+
+def test_local_steps_change_one_field_of_the_best_configuration(tmp_path: Path) -> None:
+    space = synthetic_space(tmp_path / "s.csv")
+    sampler = SurrogateSampler(
+        space=search_space_of(space), seed=2, n_startup=8, acquisitions=("local",)
+    )
+    study = optuna.create_study(sampler=sampler)
+    names = sorted(space.distributions)
+    for _ in range(20):
+        trial = study.ask(space.distributions)
+        if len(study.trials) > 8:  # a model step: one field away from the best so far
+            done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+            best = min(done, key=lambda t: t.value if t.value is not None else math.inf)
+            changed = [n for n in names if trial.params[n] != best.params[n]]
+            assert len(changed) == 1, (trial.params, best.params)
+        study.tell(trial, space.evaluate(trial.params).time_ms or math.inf)
 
 
 # -- warm start in the Tuner ----------------------------------------------------------------
