@@ -49,6 +49,9 @@ def search(
     ] = None,
     budget: Annotated[int, typer.Option(help="Evaluations per run.")] = 200,
     seeds: Annotated[int, typer.Option(help="Runs per strategy (seeds 0..N-1).")] = 10,
+    first_seed: Annotated[
+        int, typer.Option(help="Seed of the first run (seeds first..first+N-1).")
+    ] = 0,
     warm_from: Annotated[
         Path | None,
         typer.Option(
@@ -73,6 +76,8 @@ def search(
     try:
         if budget < 1 or seeds < 1:
             raise InputError(f"budget and seeds must be at least 1, got {budget} and {seeds}")
+        if first_seed < 0:
+            raise InputError(f"first seed must be at least 0, got {first_seed}")
         for name in names:
             make_sampler(0, strategy=name)  # unknown names and missing toolkits fail up front
         replay = ReplaySpace(space)
@@ -84,7 +89,12 @@ def search(
         err.print(f"  {label} seed {seed} done", highlight=False)
 
     results = _bench.run_strategies(
-        replay, strategies=names, budget=budget, seeds=seeds, warm_start=warm, on_run=show
+        replay,
+        strategies=names,
+        budget=budget,
+        seeds=range(first_seed, first_seed + seeds),
+        warm_start=warm,
+        on_run=show,
     )
     report = _bench.summarize(replay, results, budget=budget)
     if warm_from is not None:
@@ -102,7 +112,7 @@ def _table(report: dict[str, Any]) -> Table:
     table = Table(
         title=f"{report['space']}: {report['configs']} configs, {report['valid']} valid, "
         f"optimum {report['optimum_ms']:.4g} ms, budget {report['budget']}, "
-        f"{report['seeds']} seeds"
+        f"{report['seeds']} seeds from {report['first_seed']}"
     )
     table.add_column("strategy")
     table.add_column("evals to 5%: median [q1, q3] missed", justify="right")

@@ -35,6 +35,7 @@ WARM_SUFFIX = "+warm"
 class StrategyRuns:
     name: str
     runs: list[ReplayRun] = field(default_factory=list)
+    seeds: list[int] = field(default_factory=list)
     seconds: float = 0.0
 
 
@@ -57,7 +58,7 @@ def run_strategies(
     *,
     strategies: Sequence[str],
     budget: int,
-    seeds: int,
+    seeds: int | Sequence[int],
     warm_start: Sequence[Mapping[str, Any]] = (),
     on_run: Callable[[str, int], None] | None = None,
 ) -> list[StrategyRuns]:
@@ -70,7 +71,8 @@ def run_strategies(
         strategy = label.removesuffix(WARM_SUFFIX)
         result = StrategyRuns(label)
         started = time.perf_counter()
-        for seed in range(seeds):
+        for seed in range(seeds) if isinstance(seeds, int) else seeds:
+            result.seeds.append(seed)
             sampler = make_sampler(seed, strategy=strategy, space=known)
             result.runs.append(replay_search(space, sampler, budget=budget, warm_start=warm))
             if on_run is not None:
@@ -126,6 +128,7 @@ def summarize(
         "optimum_ms": optimum,
         "budget": budget,
         "seeds": len(results[0].runs) if results else 0,
+        "first_seed": results[0].seeds[0] if results and results[0].seeds else 0,
         "strategies": strategies,
     }
 

@@ -13,6 +13,7 @@ import pytest
 
 from tuner.errors import InputError
 from tuner.search import ReplaySpace, make_sampler, replay_search
+from tuner.search._bench import run_strategies
 
 ROWS = """a,b,const,time_ms
 1,10,7,5.0
@@ -185,3 +186,21 @@ def test_bench_unknown_strategy(space_file: Path, tmp_path: Path) -> None:
         tmp_path=tmp_path,
     )
     assert done.returncode == 2 and "unknown strategy 'annealing'" in done.stderr
+
+
+def test_bench_first_seed_runs_the_later_seeds(tmp_path: Path) -> None:
+    path = tmp_path / "line.csv"
+    path.write_text("x,time_ms\n" + "".join(f"{i},{2.0 + i}\n" for i in range(200)))
+    space = ReplaySpace(path)
+    all_seeds = run_strategies(space, strategies=["random"], budget=5, seeds=4)[0]
+    later = run_strategies(space, strategies=["random"], budget=5, seeds=[2, 3])[0]
+    assert later.seeds == [2, 3]
+    assert [r.best_after for r in later.runs] == [r.best_after for r in all_seeds.runs[2:]]
+
+    args = ["bench", "search", "--space", str(path), "--strategy", "random", "--budget", "5"]
+    done = _tilewise(*args, "--seeds", "2", "--first-seed", "2", "--json", tmp_path=tmp_path)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert (report["seeds"], report["first_seed"]) == (2, 2)
+    refused = _tilewise(*args, "--first-seed", "-1", tmp_path=tmp_path)
+    assert refused.returncode == 2 and "first seed must be at least 0" in refused.stderr
