@@ -80,6 +80,24 @@ inline bool MaskBit(const uint8_t* mask, uint32_t i)
     return (mask[i / 8] >> (i % 8)) & 1u;
 }
 
+// dst[i] = mask bit i ? src0[i] : other(i), for `sources` tensors read per element.
+template <typename T, typename U, typename Other>
+inline void SelectLoop(const AscendC::LocalTensor<T>& dst, const AscendC::LocalTensor<U>& selMask,
+                       const AscendC::LocalTensor<T>& src0, uint32_t count, uint32_t sources, Other other)
+{
+    static_assert(kFloating<T>, "Select: unsupported data type");
+    static_assert(std::is_same_v<U, uint8_t>, "Select: the twin takes uint8_t masks");
+    CheckLocal("Select", dst, count);
+    CheckLocal("Select", src0, count);
+    CheckLocal("Select", selMask, (uint64_t(count) + 7) / 8);
+    T* d = dst.TwData();
+    const T* a = src0.TwData();
+    const uint8_t* m = selMask.TwData();
+    PumpCheap(uint64_t(count) * sources * sizeof(T));
+    TW_IVDEP
+    for (uint32_t i = 0; i < count; ++i) d[i] = MaskBit(m, i) ? a[i] : other(i);
+}
+
 }  // namespace twin
 
 namespace AscendC {
@@ -125,20 +143,10 @@ template <typename T, typename U>
 inline void Select(const LocalTensor<T>& dst, const LocalTensor<U>& selMask, const LocalTensor<T>& src0, T src1,
                    SELMODE selMode, uint32_t count)
 {
-    static_assert(twin::kFloating<T>, "Select: unsupported data type");
-    static_assert(std::is_same_v<U, uint8_t>, "Select: the twin takes uint8_t masks");
     if (selMode != SELMODE::VSEL_TENSOR_SCALAR_MODE) {
         twin::Fail("Select with a scalar: selMode must be VSEL_TENSOR_SCALAR_MODE, got ", int(selMode));
     }
-    twin::CheckLocal("Select", dst, count);
-    twin::CheckLocal("Select", src0, count);
-    twin::CheckLocal("Select", selMask, (uint64_t(count) + 7) / 8);
-    T* d = dst.TwData();
-    const T* a = src0.TwData();
-    const uint8_t* m = selMask.TwData();
-    twin::PumpCheap(uint64_t(count) * sizeof(T));
-    TW_IVDEP
-    for (uint32_t i = 0; i < count; ++i) d[i] = twin::MaskBit(m, i) ? a[i] : src1;
+    twin::SelectLoop(dst, selMask, src0, count, 1, [src1](uint32_t) { return src1; });
 }
 
 // dst[i] = mask bit i ? src0[i] : src1[i]. Only VSEL_TENSOR_TENSOR_MODE: the twin has no
@@ -147,22 +155,12 @@ template <typename T, typename U>
 inline void Select(const LocalTensor<T>& dst, const LocalTensor<U>& selMask, const LocalTensor<T>& src0,
                    const LocalTensor<T>& src1, SELMODE selMode, uint32_t count)
 {
-    static_assert(twin::kFloating<T>, "Select: unsupported data type");
-    static_assert(std::is_same_v<U, uint8_t>, "Select: the twin takes uint8_t masks");
     if (selMode != SELMODE::VSEL_TENSOR_TENSOR_MODE) {
         twin::Fail("Select with two tensors: the twin supports VSEL_TENSOR_TENSOR_MODE only, got ", int(selMode));
     }
-    twin::CheckLocal("Select", dst, count);
-    twin::CheckLocal("Select", src0, count);
     twin::CheckLocal("Select", src1, count);
-    twin::CheckLocal("Select", selMask, (uint64_t(count) + 7) / 8);
-    T* d = dst.TwData();
-    const T* a = src0.TwData();
     const T* b = src1.TwData();
-    const uint8_t* m = selMask.TwData();
-    twin::PumpCheap(uint64_t(count) * 2 * sizeof(T));
-    TW_IVDEP
-    for (uint32_t i = 0; i < count; ++i) d[i] = twin::MaskBit(m, i) ? a[i] : b[i];
+    twin::SelectLoop(dst, selMask, src0, count, 2, [b](uint32_t i) { return b[i]; });
 }
 
 }  // namespace AscendC
