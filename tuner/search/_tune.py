@@ -13,7 +13,8 @@ Every outcome is appended to the records; Optuna sees failures as constraint vio
 strategy named in the Tuner (``tuner.search._strategies``), told which tilings pass the static
 check. The best tilings of the nearest tuned shapes of the op (warm start) and the default tiling
 are measured first, a tiling already measured for the workload is never measured again, and at the
-end the best few and the default are re-measured side by side before the winner is stored.
+end the best few and the default are re-measured side by side, in rounds that visit each in
+turn, before the winner is stored.
 
 Several tuners (workers) may share one workload's study: each re-reads the records right before
 it evaluates a tiling, and skips a proposal that another tuner is evaluating at that moment (a
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import math
+import statistics
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -35,7 +37,7 @@ from typing import Any
 import optuna
 import sqlalchemy.exc
 
-from kernels.backends import Backend, BuildLimits, BuildResult, MeasureOptions
+from kernels.backends import Backend, BuildLimits, BuildResult, MeasureOptions, RunResult
 from kernels.ops import Check, OpSpec
 from kernels.targets import TargetProfile
 from tuner import store
@@ -50,6 +52,8 @@ log = logging.getLogger(__name__)
 
 #: Value told to Optuna for a trial that produced no time; its constraints mark it infeasible.
 NO_TIME = math.inf
+#: The final re-measure visits every contender this many times, in turn (see finish).
+REMEASURE_ROUNDS = 3
 
 
 @dataclass(frozen=True)
@@ -524,6 +528,37 @@ class Tuner:
             for other in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
         )
 
+    def _interleaved_samples(self, contenders: Mapping[str, Tiling]) -> dict[str, list[float]]:
+        """Samples of every contender, taken in REMEASURE_ROUNDS rounds that visit each in turn.
+
+        Measured one after the other, a contender whose window met a busy moment of the
+        machine (another process, a frequency change) reads slow as a whole; in rounds every
+        contender shares those moments. A contender that fails a round is dropped.
+        """
+        per_round = MeasureOptions(
+            self.measure.warmup,
+            max(1, math.ceil(self.measure.repeats / REMEASURE_ROUNDS)),
+            self.measure.max_seconds / REMEASURE_ROUNDS,
+        )
+        samples: dict[str, list[float]] = {key: [] for key in contenders}
+        for _ in range(REMEASURE_ROUNDS):
+            for key in list(samples):
+                run = self.backend.run(
+                    self._build(contenders[key]),
+                    self.spec,
+                    shape=self.shape,
+                    dtype=self.dtype,
+                    target=self.target,
+                    tiling=contenders[key],
+                    check=False,
+                    measure=per_round,
+                )
+                if not run.ok or not run.samples_us:
+                    del samples[key]
+                    continue
+                samples[key].extend(run.samples_us)
+        return samples
+
     def finish(self, default: Tiling) -> tuple[Measured | None, Measured | None]:
         """Re-measure the best few and the default side by side; store the winner."""
         with self.db.session() as s:
@@ -539,28 +574,18 @@ class Tuner:
         default_ok = self._seen.get(default.key(), Outcome("none", None)).status == "ok"
         if default_ok:
             contenders.setdefault(default.key(), default)
+        samples = self._interleaved_samples(contenders)
         latencies: dict[str, tuple[float, int]] = {}
-        for key, tiling in contenders.items():
-            run = self.backend.run(
-                self._build(tiling),
-                self.spec,
-                shape=self.shape,
-                dtype=self.dtype,
-                target=self.target,
-                tiling=tiling,
-                check=False,
-                measure=self.measure,
-            )
-            if not run.ok or run.median_us is None:
-                continue
+        for key, times in samples.items():
+            median = statistics.median(times)  # every kept contender has samples
             rec = self._record(
-                tiling,
-                Outcome("ok", run.median_us),
+                contenders[key],
+                Outcome("ok", median),
                 source="remeasure",
-                spread=run.spread,
-                samples_us=list(run.samples_us),
+                spread=RunResult(status="ok", samples_us=tuple(times)).spread,
+                samples_us=times,
             )
-            latencies[key] = (run.median_us, rec.record_id or 0)
+            latencies[key] = (median, rec.record_id or 0)
         candidates = {k: v for k, v in latencies.items() if k in contenders}
         if not candidates:
             return None, None
