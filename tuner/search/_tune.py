@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import logging
 import math
-import statistics
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -577,20 +576,20 @@ class Tuner:
         samples = self._interleaved_samples(contenders)
         latencies: dict[str, tuple[float, int]] = {}
         for key, times in samples.items():
-            median = statistics.median(times)  # every kept contender has samples
+            pooled = RunResult(status="ok", samples_us=tuple(times))
+            median = pooled.median_us or 0.0  # every kept contender has samples
             rec = self._record(
                 contenders[key],
                 Outcome("ok", median),
                 source="remeasure",
-                spread=RunResult(status="ok", samples_us=tuple(times)).spread,
+                spread=pooled.spread,
                 samples_us=times,
             )
             latencies[key] = (median, rec.record_id or 0)
-        candidates = {k: v for k, v in latencies.items() if k in contenders}
-        if not candidates:
+        if not latencies:
             return None, None
-        best_key = min(candidates, key=lambda k: candidates[k][0])
-        best = Measured(contenders[best_key], candidates[best_key][0])
+        best_key = min(latencies, key=lambda k: latencies[k][0])
+        best = Measured(contenders[best_key], latencies[best_key][0])
         default_measured = (
             Measured(default, latencies[default.key()][0]) if default.key() in latencies else None
         )
@@ -604,7 +603,7 @@ class Tuner:
             store.upsert_tiling(
                 s,
                 workload_id=self.workload_id,
-                record_id=candidates[best_key][1],
+                record_id=latencies[best_key][1],
                 tiling=best.tiling,
                 latency_us=best.latency_us,
                 default_latency_us=default_measured.latency_us if default_measured else None,
