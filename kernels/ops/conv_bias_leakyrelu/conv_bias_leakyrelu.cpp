@@ -135,13 +135,21 @@ private:
         uint32_t zeroOffset = winPad_ * sizeof(T);
         LocalTensor<uint32_t> offsets = offBuf_.Get<uint32_t>();
         Sync<HardEvent::V_S>();  // the previous pass's Gathers have read the offsets
-        for (int32_t j = 0; j < count; ++j) {
-            int32_t oh = (first + j) / t_.outW, ow = (first + j) % t_.outW;
-            for (int32_t tap = 0; tap < taps_; ++tap) {
-                int32_t ih = oh * t_.stride - t_.pad + tap / t_.kernelW;
-                int32_t iw = ow * t_.stride - t_.pad + tap % t_.kernelW;
-                bool inside = ih >= 0 && ih < t_.height && iw >= 0 && iw < t_.width;
-                offsets.SetValue(tap * t_.colTile + j, inside ? ((ih - ih0) * t_.width + iw) * sizeof(T) : zeroOffset);
+        // The scalar unit is slow at division: one per pixel, none per tap.
+        for (int32_t j = 0, oh = first / t_.outW, ow = first % t_.outW; j < count; ++j) {
+            int32_t tap = 0;
+            for (int32_t r = 0; r < t_.kernelH; ++r) {
+                int32_t ih = oh * t_.stride - t_.pad + r;
+                bool rowInside = ih >= 0 && ih < t_.height;
+                for (int32_t s = 0; s < t_.kernelW; ++s, ++tap) {
+                    int32_t iw = ow * t_.stride - t_.pad + s;
+                    bool inside = rowInside && iw >= 0 && iw < t_.width;
+                    offsets.SetValue(tap * t_.colTile + j, inside ? ((ih - ih0) * t_.width + iw) * sizeof(T) : zeroOffset);
+                }
+            }
+            if (++ow == t_.outW) {
+                ow = 0;
+                ++oh;
             }
         }
         Sync<HardEvent::S_V>();

@@ -86,16 +86,19 @@ inline void LoadRun(uint8_t* dst, const uint8_t* src, uint64_t len)
 }
 
 // What a copy from `src` (a GlobalTensor view) that read `span` bytes expects to read next: as
-// many bytes again, within the tensor when its size is known.
+// many bytes again, right after or one repeated stride on (Prefetcher::NextStride), within the
+// tensor when its size is known.
 template <typename T>
 inline void ExpectNext(const AscendC::GlobalTensor<T>& src, uint64_t span)
 {
+    const auto* start = reinterpret_cast<const uint8_t*>(src.TwData());
+    const uint64_t stride = uint64_t(Core().prefetch.NextStride(start, span));
     uint64_t ahead = span;
     if (src.TwSized()) {
         const uint64_t size = src.GetSize() * sizeof(T);
-        ahead = size > 2 * span ? span : (size > span ? size - span : 0);
+        ahead = size > stride + span ? span : (size > stride ? size - stride : 0);
     }
-    Core().prefetch.Expect(reinterpret_cast<const uint8_t*>(src.TwData()) + span, ahead);
+    Core().prefetch.Expect(start + stride, ahead);
 }
 
 // CopyBlocks from GM to local memory (which never overlap); returns the bytes of GM spanned.

@@ -44,6 +44,13 @@ using half = _Float16;
 #define TW_IVDEP
 #endif
 
+// Loops whose vectorized form is slower than scalar code (gathers of scattered elements).
+#if defined(__clang__)
+#define TW_NOVEC _Pragma("clang loop vectorize(disable)")
+#else
+#define TW_NOVEC
+#endif
+
 // Keeps bulky twin machinery (the cube engine) out of the kernel functions that call it.
 #if defined(__GNUC__)
 #define TW_NOINLINE __attribute__((noinline))
@@ -193,6 +200,21 @@ public:
     {
         for (uint64_t& n : left_) n = 0;
         pending_ = 0;
+        lastStart_ = nullptr;
+        lastStride_ = 0;
+    }
+
+    // Where the copy after one that starts at `start` and spans `span` bytes will start: `span`
+    // further on (the next tile of a stream), unless the copies so far stepped by the same other
+    // stride twice running (one plane, row or channel of a tensor apart), as MTE2's address
+    // generator would be told to.
+    int64_t NextStride(const uint8_t* start, uint64_t span)
+    {
+        const int64_t stride = lastStart_ == nullptr ? 0 : start - lastStart_;
+        const bool repeats = stride > 0 && stride == lastStride_;
+        lastStart_ = start;
+        lastStride_ = stride;
+        return repeats ? stride : int64_t(span);
     }
 
     // Up to `lines` cache lines of the expected ranges, oldest range first.
@@ -216,6 +238,8 @@ private:
     uint64_t left_[kStreams] = {};
     uint64_t pending_ = 0;
     uint32_t slot_ = 0;
+    const uint8_t* lastStart_ = nullptr;
+    int64_t lastStride_ = 0;
 };
 
 constexpr int kMaxLivePerPosition = 8;

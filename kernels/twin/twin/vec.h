@@ -200,14 +200,14 @@ inline void Gather(const LocalTensor<T>& dst, const LocalTensor<T>& src, const L
     const uint32_t* offsets = srcOffset.TwData();
     T* d = dst.TwData();
     const uint8_t* base = reinterpret_cast<const uint8_t*>(src.TwData());
-    // All offsets are checked before any element moves (one pass that vectorizes); the message
-    // names the first bad one.
-    bool bad = false;
+    // All offsets are checked before any element moves: one pass for the largest offset and the
+    // OR of all (alignment), which vectorizes; only then is the first bad one looked for by name.
+    uint32_t largest = 0, bits = srcBaseAddr;
     for (uint32_t i = 0; i < count; ++i) {
-        const uint64_t at = uint64_t(srcBaseAddr) + offsets[i];
-        bad |= (at % sizeof(T) != 0) | (at + sizeof(T) > srcBytes);
+        largest = offsets[i] > largest ? offsets[i] : largest;
+        bits |= offsets[i];
     }
-    if (bad) {
+    if (count > 0 && (bits % sizeof(T) != 0 || uint64_t(srcBaseAddr) + largest + sizeof(T) > srcBytes)) {
         for (uint32_t i = 0; i < count; ++i) {
             const uint64_t at = uint64_t(srcBaseAddr) + offsets[i];
             if (at % sizeof(T) != 0 || at + sizeof(T) > srcBytes) {
@@ -216,9 +216,26 @@ inline void Gather(const LocalTensor<T>& dst, const LocalTensor<T>& src, const L
             }
         }
     }
+    // Gathers from UB are in practice runs of consecutive elements (im2col rows, slices), and a
+    // CPU's gather instruction fetches one lane at a time (x86's is microcoded): 64 B chunks whose
+    // offsets step by sizeof(T) move as one copy, others element by element, where scalar loads
+    // beat the vectorized gather.
     const uint8_t* from = base + srcBaseAddr;
-    TW_IVDEP
-    for (uint32_t i = 0; i < count; ++i) d[i] = *reinterpret_cast<const T*>(from + offsets[i]);
+    constexpr uint32_t kChunk = 64 / sizeof(T);
+    uint32_t i = 0;
+    for (; i + kChunk <= count; i += kChunk) {
+        const uint32_t first = offsets[i];
+        bool run = true;
+        for (uint32_t k = 0; k < kChunk; ++k) run &= offsets[i + k] == first + k * uint32_t(sizeof(T));
+        if (run) {
+            std::memcpy(d + i, from + first, 64);
+        } else {
+            TW_NOVEC
+            for (uint32_t k = 0; k < kChunk; ++k) d[i + k] = *reinterpret_cast<const T*>(from + offsets[i + k]);
+        }
+    }
+    TW_NOVEC
+    for (; i < count; ++i) d[i] = *reinterpret_cast<const T*>(from + offsets[i]);
 }
 
 // dst[0] = the float sum of src[0, count) in a fixed lane order, as a vector unit sums (not index

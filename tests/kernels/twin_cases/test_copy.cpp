@@ -104,6 +104,25 @@ static void DataCopyPadBothWays()
     Pass("datacopypad_both_ways");
 }
 
+// The prefetcher's guess of the next copy: the same span again right after, or a stride that
+// repeated twice running (channels of an image: one plane apart).
+static void PrefetchStridePrediction()
+{
+    FreshCore();
+    twin::Prefetcher p;
+    const uint8_t* base = reinterpret_cast<const uint8_t*>(0x10000);
+    CHECK(p.NextStride(base, 64) == 64, "first copy: sequential");
+    CHECK(p.NextStride(base + 64, 64) == 64, "one step of 64: still the span");
+    CHECK(p.NextStride(base + 1000, 64) == 64, "a new stride, seen once: the span");
+    CHECK(p.NextStride(base + 1936, 64) == 936, "936 twice running: the stride");
+    CHECK(p.NextStride(base + 2872, 64) == 936, "and again");
+    CHECK(p.NextStride(base + 3000, 64) == 64, "another stride: the span");
+    CHECK(p.NextStride(base + 100, 64) == 64, "a step back breaks the stride");
+    p.Clear();
+    CHECK(p.NextStride(base + 1036, 64) == 64, "Clear forgets the stride");
+    Pass("prefetch_stride_prediction");
+}
+
 int main()
 {
     CheckedRejectsPartialBlocks();
@@ -111,5 +130,6 @@ int main()
     BoundsAndAlignment();
     StridedDataCopy();
     DataCopyPadBothWays();
+    PrefetchStridePrediction();
     return 0;
 }

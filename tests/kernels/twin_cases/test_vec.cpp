@@ -192,6 +192,14 @@ static void GatherByByteOffsets()
     for (int i = 0; i < N; ++i) off.SetValue(i, uint32_t((i * 7) % N * 2));
     Gather(hdst, hsrc, off, 0u, N);
     for (int i = 0; i < N; ++i) CHECK(hdst.GetValue(i) == hsrc.GetValue((i * 7) % N), "Gather half %d", i);
+    // Runs of consecutive offsets (the copy path) broken mid-chunk, then a lone element.
+    auto runFrom = [](int i) { return i < 40 ? i + 3 : (i == 77 ? 0 : i - 3); };
+    for (int i = 0; i < N; ++i) off.SetValue(i, uint32_t(runFrom(i) * 4));
+    Gather(dst, src, off, 0u, N);
+    for (int i = 0; i < N; ++i) CHECK(dst.GetValue(i) == src.GetValue(runFrom(i)), "Gather run float %d", i);
+    for (int i = 0; i < N; ++i) off.SetValue(i, uint32_t(runFrom(i) * 2));
+    Gather(hdst, hsrc, off, 0u, N - 5);
+    for (int i = 0; i < N - 5; ++i) CHECK(hdst.GetValue(i) == hsrc.GetValue(runFrom(i)), "Gather run half %d", i);
     off.SetValue(0, 2);
     EXPECT_ERROR(Gather(dst, src, off, 0u, 1), "not 4 B aligned");
     off.SetValue(0, N * 4);
