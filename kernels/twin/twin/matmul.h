@@ -75,8 +75,9 @@ constexpr int kMicroRows = 6;
 #endif
 
 #if defined(__AVX512F__)
-// C[MR x 16*NV] (row stride ldc) += A[MR x K] (row stride lda) * B, B a panel [K][16*NV].
-template <int MR, int NV>
+// C[MR x 16*NV] (row stride ldc) += A[MR x K] (row stride lda) * B, B the first 16*NV columns of
+// a panel [K][PITCH].
+template <int MR, int NV, int PITCH>
 TW_NOINLINE void MicroKernel(int K, const float* A, int lda, const float* B, float* C, int ldc)
 {
     __m512 c[MR][NV];
@@ -85,7 +86,7 @@ TW_NOINLINE void MicroKernel(int K, const float* A, int lda, const float* B, flo
     }
     for (int k = 0; k < K; ++k) {
         __m512 b[NV];
-        for (int v = 0; v < NV; ++v) b[v] = _mm512_loadu_ps(B + k * 16 * NV + 16 * v);
+        for (int v = 0; v < NV; ++v) b[v] = _mm512_loadu_ps(B + k * PITCH + 16 * v);
         for (int r = 0; r < MR; ++r) {
             const __m512 a = _mm512_set1_ps(A[r * lda + k]);
             for (int v = 0; v < NV; ++v) c[r][v] = _mm512_fmadd_ps(a, b[v], c[r][v]);
@@ -96,19 +97,23 @@ TW_NOINLINE void MicroKernel(int K, const float* A, int lda, const float* B, flo
     }
 }
 
+// `width` columns of C (16 or 32) from a panel `pitch` columns wide.
 template <int MR>
-inline void MicroRows(int K, const float* A, int lda, const float* panel, int width, float* C, int ldc)
+inline void MicroRows(int K, const float* A, int lda, const float* panel, int width, int pitch, float* C, int ldc)
 {
     if (width == 32) {
-        MicroKernel<MR, 2>(K, A, lda, panel, C, ldc);
+        MicroKernel<MR, 2, 32>(K, A, lda, panel, C, ldc);
+    } else if (pitch == 32) {
+        MicroKernel<MR, 1, 32>(K, A, lda, panel, C, ldc);
     } else {
-        MicroKernel<MR, 1>(K, A, lda, panel, C, ldc);
+        MicroKernel<MR, 1, 16>(K, A, lda, panel, C, ldc);
     }
 }
 #else
 // C[MR x 16] (row stride ldc) += A[MR x K] (row stride lda) * B, B a panel [K][16].
 template <int MR>
-TW_NOINLINE void MicroRows(int K, const float* A, int lda, const float* B, int /*width*/, float* C, int ldc)
+TW_NOINLINE void MicroRows(int K, const float* A, int lda, const float* B, int /*width*/, int /*pitch*/, float* C,
+                           int ldc)
 {
 #if defined(__AVX2__) && defined(__FMA__)
     __m256 c0[MR], c1[MR];
@@ -148,32 +153,35 @@ TW_NOINLINE void MicroRows(int K, const float* A, int lda, const float* B, int /
 
 // The rows left over when kMicroRows does not divide m: one call of `rows` (< R) rows.
 template <int R>
-inline void TailRows(int rows, int K, const float* A, int lda, const float* panel, int width, float* C, int ldc)
+inline void TailRows(int rows, int K, const float* A, int lda, const float* panel, int width, int pitch, float* C,
+                     int ldc)
 {
     if constexpr (R > 0) {
         if (rows == R) {
-            MicroRows<R>(K, A, lda, panel, width, C, ldc);
+            MicroRows<R>(K, A, lda, panel, width, pitch, C, ldc);
         } else {
-            TailRows<R - 1>(rows, K, A, lda, panel, width, C, ldc);
+            TailRows<R - 1>(rows, K, A, lda, panel, width, pitch, C, ldc);
         }
     }
 }
 
 // C[m x n] (row stride ldc) += A[m x k] (row stride lda) * B[k x n], B packed in panels of kFull
-// rows (see above; only the first k rows of each panel are read); n a multiple of 16.
-TW_NOINLINE inline void Mmad(float* C, int ldc, const float* A, int lda, const float* B, int kFull, int m, int n,
-                             int k)
+// rows and nFull columns in all (see above; only the first k rows of each panel are read); n and
+// nFull multiples of 16, n <= nFull (a last panel may be half used).
+TW_NOINLINE inline void Mmad(float* C, int ldc, const float* A, int lda, const float* B, int kFull, int nFull, int m,
+                             int n, int k)
 {
     int i = 0;
     for (; i + kMicroRows <= m; i += kMicroRows) {
         for (int j = 0; j < n; j += kPanel) {
-            MicroRows<kMicroRows>(k, A + i * lda, lda, B + j * kFull, std::min(kPanel, n - j), C + i * ldc + j, ldc);
+            MicroRows<kMicroRows>(k, A + i * lda, lda, B + j * kFull, std::min(kPanel, n - j),
+                                  std::min(kPanel, nFull - j), C + i * ldc + j, ldc);
         }
     }
     if (i == m) return;
     for (int j = 0; j < n; j += kPanel) {
-        TailRows<kMicroRows - 1>(m - i, k, A + i * lda, lda, B + j * kFull, std::min(kPanel, n - j), C + i * ldc + j,
-                                 ldc);
+        TailRows<kMicroRows - 1>(m - i, k, A + i * lda, lda, B + j * kFull, std::min(kPanel, n - j),
+                                 std::min(kPanel, nFull - j), C + i * ldc + j, ldc);
     }
 }
 
@@ -298,12 +306,13 @@ public:
         // an edge block's padding rows (in steps of 16) and panels of padding columns and a K
         // tail's zeros are skipped (the padded part of the C block keeps its initial value).
         const int32_t rows = RoundUp(uint32_t(BlockRows()), 16);
-        const int32_t cols = std::min<int32_t>(t_.baseN, RoundUp(uint32_t(BlockCols()), kPanel));
+        const int32_t cols = std::min<int32_t>(t_.baseN, RoundUp(uint32_t(BlockCols()), 16));
         const int32_t kIters = CeilDiv(curK_, t_.baseK);
         for (int32_t kb = 0; kb < kIters; ++kb) {
             const float* a = LoadL0A(ATile(kb));
             const float* b = LoadL0B(BTile(kb));
-            Mmad(c, t_.baseN, a, t_.baseK, b, t_.baseK, rows, cols, std::min(t_.baseK, curK_ - kb * t_.baseK));
+            Mmad(c, t_.baseN, a, t_.baseK, b, t_.baseK, t_.baseN, rows, cols,
+                 std::min(t_.baseK, curK_ - kb * t_.baseK));
         }
         return true;
     }
