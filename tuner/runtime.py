@@ -188,7 +188,18 @@ class TilingTable:
         cls, doc: object, *, source: str = "tiling table", **options: int
     ) -> TilingTable:
         """From a decoded JSON document (validated; see :mod:`tuner.export`)."""
-        return cls(load_entries(doc, source=source), **options)
+        return cls._named(load_entries(doc, source=source), source, options)
+
+    @classmethod
+    def _named(
+        cls, entries: Iterable[TableEntry], source: str, options: Mapping[str, int]
+    ) -> TilingTable:
+        # An entry refused here (a shape the op does not have, a tiling outside its domains)
+        # names its workload; the prefix says which file or URL it came from.
+        try:
+            return cls(entries, **options)
+        except TableFormatError as exc:
+            raise TableFormatError(f"{source}: {exc}") from exc
 
     @classmethod
     def from_file(cls, path: str | Path, **options: int) -> TilingTable:
@@ -202,7 +213,7 @@ class TilingTable:
             data = Path(path).read_bytes()
         except OSError as exc:
             raise InputError(f"cannot read tiling table {path}: {exc.strerror or exc}") from exc
-        return cls(parse_table(data, source=str(path)), **options)
+        return cls._named(parse_table(data, source=str(path)), str(path), options)
 
     @classmethod
     def from_url(
@@ -240,7 +251,7 @@ class TilingTable:
                 f"cannot fetch the tiling table from {url}: HTTP {response.status_code} "
                 f"{_detail(response)}"
             )
-        return cls(parse_table(response.content, source=url), **options)
+        return cls._named(parse_table(response.content, source=url), url, options)
 
     @classmethod
     def from_db(

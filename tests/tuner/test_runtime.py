@@ -309,6 +309,11 @@ BAD_DOCUMENTS = [
     (_with(evaluations=-1), "evaluations: -1 is outside"),
     (_with(evaluations=2.0), "evaluations: expected an integer"),
     (_with(op=""), "op: expected a non-empty string"),
+    # Refused by the table, not the parser: the message still names the file (found by the
+    # loader fuzz test).
+    (_with(dtype="float7"), "float7 .*not a dtype and shape of scale_relu_dropout"),
+    (_with(shape={"M": 4096}), "not a dtype and shape of scale_relu_dropout"),
+    (_with(tiling__extra=1), "are not the op's tunables"),
     (_with(dtype=3), "dtype: expected a non-empty string"),
     (_with(target="x" * 300), "at most 200 characters"),
     (_text(document(*[entry("scale_relu_dropout", {"N": 4096})] * 2)), "a second entry for"),
