@@ -27,9 +27,9 @@ struct ScaleReluDropoutTiling {
     float keepScale;  // 1 / (1 - dropP)
 };
 
-constexpr uint32_t HASH_MUL_1 = 0x85EBCA6Bu;
-constexpr uint32_t HASH_MUL_2 = 0xC2B2AE35u;
-constexpr float TWO_POW_24 = 16777216.0f;    // 24 hash bits h are uniform in [0, 2^24)
+constexpr uint32_t HASH_MUL = 0x85EBCA6Bu;
+constexpr float TWO_POW_31 = 2147483648.0f;
+constexpr float TWO_POW_32 = 4294967296.0f;
 
 template <typename T>
 class KernelScaleReluDropout {
@@ -77,27 +77,36 @@ private:
         inQueueX_.EnQue(xLocal);
     }
 
-    // Bit i of keepBuf: hash(seed, globalOffset + i) / 2^24 > dropP. The 24 hash bits h are exact
-    // in float, and h / 2^24 > p <=> h > p * 2^24 (a power-of-two scaling, also exact).
+    // Bit i of keepBuf: the hash of (seed, globalOffset + i), read as an int32 h uniform in
+    // [-2^31, 2^31), is above -2^31 + p * 2^32, which it is with probability 1 - p.
+    //
+    // The vector unit has integer multiply, add and shift but no 32-bit XOR, and a hash built from
+    // multiplies and added shifts alone is nearly linear in the index: consecutive elements then
+    // get strongly correlated keep bits (such a mask never dropped two neighbours). Squaring is the
+    // nonlinear step: two rounds of "fold the high half down, square" pass serial tests of keep
+    // patterns over windows of up to 16 neighbours (tests/kernels/ops/test_specs.py).
     __aicore__ inline LocalTensor<uint8_t> KeepBits(int32_t globalOffset, int32_t count)
     {
         LocalTensor<uint32_t> hash = hashBuf_.Get<uint32_t>();
         LocalTensor<uint32_t> shifted = scratchBuf_.Get<uint32_t>();
         // (index + seedMix) mod 2^32 as the first index: the seed costs no pass of its own.
         uint32_t first = static_cast<uint32_t>(globalOffset) + tiling_.seedMix;
-        CreateVecIndex(hash.ReinterpretCast<int32_t>(), static_cast<int32_t>(first), count);
-        Muls(hash, hash, HASH_MUL_1, count);
-        ShiftRight(shifted, hash, 13u, count);
-        Add(hash, hash, shifted, count);
-        Muls(hash, hash, HASH_MUL_2, count);
-        ShiftRight(shifted, hash, 16u, count);
-        Add(hash, hash, shifted, count);
-        ShiftRight(hash, hash, 8u, count);
+        // Multiplies run on int32 (the vector unit's integer multiply), logical shifts on uint32;
+        // the low 32 bits of a product are the same either way.
+        LocalTensor<int32_t> hashInt = hash.ReinterpretCast<int32_t>();
+        CreateVecIndex(hashInt, static_cast<int32_t>(first), count);
+        Muls(hashInt, hashInt, static_cast<int32_t>(HASH_MUL), count);
+        for (int32_t round = 0; round < 2; ++round) {
+            ShiftRight(shifted, hash, 16u, count);
+            Add(hash, hash, shifted, count);
+            Mul(hashInt, hashInt, hashInt, count);
+        }
 
+        // int32 -> float rounds to 24 significant bits; the reference rounds the same way.
         LocalTensor<float> u = scratchBuf_.Get<float>();
-        Cast(u, hash.ReinterpretCast<int32_t>(), RoundMode::CAST_NONE, count);
+        Cast(u, hashInt, RoundMode::CAST_NONE, count);
         LocalTensor<uint8_t> keep = keepBuf_.Get<uint8_t>();
-        CompareScalar(keep, u, tiling_.dropP * TWO_POW_24, CMPMODE::GT, count);
+        CompareScalar(keep, u, tiling_.dropP * TWO_POW_32 - TWO_POW_31, CMPMODE::GT, count);
         return keep;
     }
 

@@ -46,18 +46,24 @@ def seed_mix(seed: int) -> int:
     return (seed * 0x9E3779B9) & _U32
 
 
-def keep_mask(n: int, seed: int, p: float) -> np.ndarray:
-    """The kernel's keep test, step for step (uint32 wrap-around, then a float32 compare of the
-    24 hash bits with p * 2^24), as a 0/1 mask."""
+def keep_hash(n: int, seed: int) -> np.ndarray:
+    """The kernel's hash of (seed, index) for indices 0..n-1, uint32 with wrap-around: a multiply,
+    then twice fold the high half down and square."""
     h = np.arange(n, dtype=np.uint32)
     h += np.uint32(seed_mix(seed))
     h *= np.uint32(0x85EBCA6B)
-    h += h >> np.uint32(13)
-    h *= np.uint32(0xC2B2AE35)
-    h += h >> np.uint32(16)
-    h >>= np.uint32(8)
-    u = h.astype(np.int32).astype(np.float32)
-    return (u > np.float32(p) * np.float32(2.0**24)).astype(np.float32)
+    for _ in range(2):
+        h += h >> np.uint32(16)
+        h *= h
+    return h
+
+
+def keep_mask(n: int, seed: int, p: float) -> np.ndarray:
+    """The kernel's keep test, step for step: the hash read as int32, rounded to float32, above
+    the float32 threshold p * 2^32 - 2^31; a 0/1 mask."""
+    u = keep_hash(n, seed).view(np.int32).astype(np.float32)
+    threshold = np.float32(p) * np.float32(2.0**32) - np.float32(2.0**31)
+    return (u > threshold).astype(np.float32)
 
 
 def scale_keep(dtype: str) -> np.generic:

@@ -175,6 +175,34 @@ def test_keep_mask_is_binary_with_the_right_rate() -> None:
     assert not np.array_equal(mask, keep_mask(1 << 20, seed=8, p=DROP_P))
 
 
+def _serial_chi2(drop: np.ndarray, p: float, k: int) -> float:
+    """Chi-square per degree of freedom of the 2^k patterns of k consecutive drop bits against
+    independent Bernoulli(p) bits; about 1 for a sound generator."""
+    n = drop.size - k + 1
+    code = np.zeros(n, dtype=np.int64)
+    for j in range(k):
+        code = 2 * code + drop[j : j + n]
+    observed = np.bincount(code, minlength=2**k)
+    ones = np.array([bin(c).count("1") for c in range(2**k)])
+    expected = n * p**ones * (1 - p) ** (k - ones)
+    return float(((observed - expected) ** 2 / expected).sum() / (2**k - 1))
+
+
+@pytest.mark.parametrize("seed", [7, 20260522])
+def test_keep_mask_bits_are_serially_independent(seed: int) -> None:
+    # Neighbouring elements must not share a fate: a multiply-and-add hash of the index had
+    # never dropped two neighbours and failed every window below by orders of magnitude.
+    n = 1 << 20
+    for p, windows in ((DROP_P, (2, 3)), (0.5, (2, 6, 12))):
+        drop = (keep_mask(n, seed=seed, p=p) == 0).astype(np.int64)
+        for k in windows:
+            assert _serial_chi2(drop, p, k) < 2.0, (p, k)
+    drop = keep_mask(n, seed=seed, p=DROP_P) == 0
+    for lag in (1, 2, 64, 1024, 65536):
+        both = (drop[lag:] & drop[:-lag]).mean()
+        assert abs(both / DROP_P**2 - 1) < 0.1, lag
+
+
 def test_gelu_tanh_matches_the_sigmoid_form() -> None:
     x = np.linspace(-6, 6, 1001)
     sigmoid_form = x / (1 + np.exp(-1.5957691 * (x + 0.044715 * x**3)))

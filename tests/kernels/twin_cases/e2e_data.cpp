@@ -86,11 +86,11 @@ int Srd(const std::string& mode, const std::string& dir)
     for (int i = 0; i < SRD_N; ++i) {
         uint32_t h = uint32_t(i) + t.seedMix;
         h *= 0x85EBCA6Bu;
-        h += h >> 13;
-        h *= 0xC2B2AE35u;
-        h += h >> 16;
-        h >>= 8;
-        bool keep = float(int32_t(h)) > t.dropP * 16777216.0f;
+        for (int round = 0; round < 2; ++round) {
+            h += h >> 16;
+            h *= h;
+        }
+        bool keep = static_cast<float>(static_cast<int32_t>(h)) > t.dropP * 4294967296.0f - 2147483648.0f;
         dropped += !keep;
         T v = T(float(x[i]) * float(T(t.scale * t.keepScale)));
         v = keep ? T(std::max(float(v), 0.0f)) : T(0.0f);

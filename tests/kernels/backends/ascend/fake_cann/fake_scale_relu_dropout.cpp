@@ -21,11 +21,11 @@ extern "C" uint32_t aclrtlaunch_scale_relu_dropout(uint32_t blockDim, aclrtStrea
     for (int32_t i = 0; i < tiling.totalLength; ++i) {
         uint32_t h = static_cast<uint32_t>(i) + tiling.seedMix;
         h *= 0x85EBCA6Bu;
-        h += h >> 13;
-        h *= 0xC2B2AE35u;
-        h += h >> 16;
-        h >>= 8;
-        bool keep = static_cast<float>(static_cast<int32_t>(h)) > tiling.dropP * 16777216.0f;
+        for (int round = 0; round < 2; ++round) {
+            h += h >> 16;
+            h *= h;
+        }
+        bool keep = static_cast<float>(static_cast<int32_t>(h)) > tiling.dropP * 4294967296.0f - 2147483648.0f;
         float v = in[i] * (tiling.scale * tiling.keepScale);
         v = v > 0.0f ? v : 0.0f;
         out[i] = wrong || !keep ? 0.0f : v;
