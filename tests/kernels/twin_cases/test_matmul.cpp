@@ -181,9 +181,15 @@ int main(int argc, char** argv)
     Case<float, float>("matmul_f32_33x40x70_n_first_ub", odd, {16, 16, 16, 2, 1, 2, 3, 8, 3, 1}, false, true);
     Case<float, float>("matmul_f32_33x40x70_deep_steps", odd, {32, 32, 24, 1, 2, 3, 1, 6, 4, 1}, false, false);
     Case<float, float>("matmul_f32_33x40x70_tails_bias", split, {16, 16, 8, 1, 2, 1, 2, 2, 8, 0}, true, true);
-    // 48 of 64 columns: the second 32-wide panel is computed for its first 16 columns only.
-    Case<float, float>("matmul_f32_33x48x70_half_panel", {33, 48, 70, 33, 48}, {32, 64, 16, 1, 1, 1, 1, 1, 1, 0}, true,
+    // 48 of 64 columns: a 64-wide panel computed for its first 48 columns only.
+    Case<float, float>("matmul_f32_33x48x70_part_panel", {33, 48, 70, 33, 48}, {32, 64, 16, 1, 1, 1, 1, 1, 1, 0}, true,
                        false);
+    // Last panels 48 wide (100 of 112 columns) and 32 wide with 16 used (136 of 160), and edge
+    // blocks of 2 and 4 rows left over by the 6-row micro-kernel.
+    Case<float, float>("matmul_f32_33x100x70_panel48", {33, 100, 70, 33, 100}, {32, 112, 16, 1, 1, 1, 1, 1, 1, 0},
+                       true, false);
+    Case<float, float>("matmul_f32_40x136x70_panel32", {40, 136, 70, 40, 136}, {16, 160, 24, 1, 1, 1, 1, 1, 1, 1},
+                       false, true);
     Case<float, half>("matmul_f32_to_f16_tails", split, {16, 32, 32, 1, 1, 2, 2, 4, 2, 1}, false, false);
     Case<half, float>("matmul_f16_1x17x3", {1, 17, 3, 1, 17}, {16, 16, 16, 1, 1, 1, 1, 1, 1, 0}, false, true);
     Case<half, float>("matmul_f16_33x40x70_m_first", odd, {16, 16, 16, 2, 1, 2, 3, 8, 3, 0}, false, false);
