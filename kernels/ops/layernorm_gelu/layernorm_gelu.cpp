@@ -203,8 +203,7 @@ private:
         for (int32_t r = 0; r < rows; ++r) {
             LocalTensor<float> row = xf[r * t_.hTile];
             Muls(row, row, stats.GetValue(r), h);
-            Mul(row, row, gammaBuf_.Get<float>(), h);
-            Add(row, row, betaBuf_.Get<float>(), h);
+            FusedMulAdd(row, gammaBuf_.Get<float>(), betaBuf_.Get<float>(), h);  // row * γ + β
         }
         Epilogue(xf, rows * t_.hTile);
         inQueueX_.FreeTensor(xLocal);
@@ -243,8 +242,7 @@ private:
         LocalTensor<float> xf = ToFloat(xLocal, count);
         Adds(xf, xf, -mean, count);
         Muls(xf, xf, rstd, count);
-        Mul(xf, xf, gammaBuf_.Get<float>(), count);
-        Add(xf, xf, betaBuf_.Get<float>(), count);
+        FusedMulAdd(xf, gammaBuf_.Get<float>(), betaBuf_.Get<float>(), count);  // xf * γ + β
         Epilogue(xf, count);
         inQueueX_.FreeTensor(xLocal);
     }

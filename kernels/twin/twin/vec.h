@@ -115,6 +115,27 @@ TW_BINARY(Max, static_cast<T>(a) > static_cast<T>(b) ? a : b, twin::kFloating<T>
 TW_BINARY(Min, static_cast<T>(a) < static_cast<T>(b) ? a : b, twin::kFloating<T> || twin::kInteger<T>)
 #undef TW_BINARY
 
+// dst = src0 * dst + src1, rounded once (the vector unit's fused multiply-add).
+template <typename T>
+inline void FusedMulAdd(const LocalTensor<T>& dst, const LocalTensor<T>& src0, const LocalTensor<T>& src1,
+                        const int32_t& count)
+{
+    static_assert(twin::kFloating<T>, "FusedMulAdd: unsupported data type");
+    const char* what = "FusedMulAdd";
+    if (count < 0) twin::Fail(what, ": negative count ", count);
+    twin::CheckLocal(what, dst, count);
+    twin::CheckLocal(what, src0, count);
+    twin::CheckLocal(what, src1, count);
+    T* d = dst.TwData();
+    const T* a = src0.TwData();
+    const T* b = src1.TwData();
+    twin::PumpCheap(uint64_t(count) * 3 * sizeof(T));
+    TW_IVDEP
+    for (int32_t i = 0; i < count; ++i) {
+        d[i] = static_cast<T>(std::fma(static_cast<float>(a[i]), static_cast<float>(d[i]), static_cast<float>(b[i])));
+    }
+}
+
 #define TW_SCALAR(NAME, EXPR, ALLOWED)                                                                    \
     template <typename T>                                                                                 \
     inline void NAME(const LocalTensor<T>& dst, const LocalTensor<T>& src, const T& scalarValue,          \

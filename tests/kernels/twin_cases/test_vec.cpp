@@ -27,6 +27,11 @@ static void FloatOps()
     for (int i = 0; i < N; ++i) CHECK(d.GetValue(i) == a.GetValue(i) + b.GetValue(i), "Add %d", i);
     Div(d, a, b, N);
     for (int i = 0; i < N; ++i) CHECK(d.GetValue(i) == a.GetValue(i) / b.GetValue(i), "Div %d", i);
+    for (int i = 0; i < N; ++i) d.SetValue(i, 0.5f - Val(i));
+    FusedMulAdd(d, a, b, N);  // d = a * d + b, one rounding
+    for (int i = 0; i < N; ++i) {
+        CHECK(d.GetValue(i) == std::fma(a.GetValue(i), 0.5f - Val(i), b.GetValue(i)), "FusedMulAdd %d", i);
+    }
     Muls(d, a, 3.0f, N);
     Relu(d, d, N);  // in place
     for (int i = 0; i < N; ++i) CHECK(d.GetValue(i) == std::max(a.GetValue(i) * 3.0f, 0.0f), "Muls+Relu %d", i);
