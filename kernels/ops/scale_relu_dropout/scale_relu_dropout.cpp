@@ -84,7 +84,7 @@ private:
     // multiplies and added shifts alone is nearly linear in the index: consecutive elements then
     // get strongly correlated keep bits (such a mask never dropped two neighbours). Squaring is the
     // nonlinear step: two rounds of "fold the high half down, square" pass serial tests of keep
-    // patterns over windows of up to 16 neighbours (tests/kernels/ops/test_specs.py).
+    // patterns over windows of up to 12 neighbours (tests/kernels/ops/test_specs.py).
     __aicore__ inline LocalTensor<uint8_t> KeepBits(int32_t globalOffset, int32_t count)
     {
         LocalTensor<uint32_t> hash = hashBuf_.Get<uint32_t>();
