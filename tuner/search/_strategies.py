@@ -69,8 +69,17 @@ def _surrogate(seed: int | None, space: SearchSpace | None) -> optuna.samplers.B
     return SurrogateSampler(space=space, seed=seed)
 
 
+def _surrogate_forest(seed: int | None, space: SearchSpace | None) -> optuna.samplers.BaseSampler:
+    # The default before the GP: the forest alone, expected improvement and local steps in
+    # turn (kept to show what the GP adds; see the README's search section).
+    from tuner.search._surrogate import SurrogateSampler
+
+    return SurrogateSampler(space=space, seed=seed, acquisitions=("ei", "local"))
+
+
 def _surrogate_ei(seed: int | None, space: SearchSpace | None) -> optuna.samplers.BaseSampler:
-    # The default before local steps: 15 start-up draws, then expected improvement alone.
+    # The default before local steps: 15 start-up draws, then the forest's expected
+    # improvement alone.
     from tuner.search._surrogate import SurrogateSampler
 
     return SurrogateSampler(space=space, seed=seed, n_startup=15, acquisitions=("ei",))
@@ -88,6 +97,7 @@ def _surrogate_mix(seed: int | None, space: SearchSpace | None) -> optuna.sample
 #: strategy name -> factory(seed, space). "default" is what ``tilewise tune`` uses.
 STRATEGIES: dict[str, Factory] = {
     "default": _surrogate,
+    "surrogate-forest": _surrogate_forest,
     "surrogate-ei": _surrogate_ei,
     "surrogate-mix": _surrogate_mix,
     "random": _random,

@@ -1,35 +1,43 @@
-"""The default strategy: a random-forest surrogate over feasible configurations only, with
-expected improvement and local steps around the incumbent in turn (SMAC-style, on a finite
-categorical space).
+"""The default strategy: two surrogates over feasible configurations only, a Gaussian process
+and a random forest, whose acquisitions are taken in turn (SMAC-style, on a finite categorical
+space).
 
 * Proposals come from a candidate pool that holds only feasible configurations never proposed
   before: the whole feasible set when it can be listed (a recorded space, or a product of the
   domains small enough to filter with ``feasible``), otherwise random feasible draws plus every
   one-field change of the best configurations so far (a local search around the incumbents).
-* The first ``n_startup`` proposals are uniform over the pool. Then a random forest is fitted
-  to log(time) of every evaluated configuration (failures count as the slowest time seen), and
-  the unseen candidate that scores best under the acquisition of this step is next. The
+* The first ``n_startup`` proposals are uniform over the pool. Then each step fits one of the
+  models to log(time) of every evaluated configuration (failures count as the slowest time
+  seen) and proposes the unseen candidate that scores best under the step's acquisition. The
   acquisitions, taken in turn from ``acquisitions``: ``ei``, the expected improvement under the
-  spread of the trees; ``local``, the best predicted of the unseen configurations one field
-  away from the best so far (expected improvement when there is none); ``mean``, the best
+  spread of the forest's trees; ``local``, the best predicted of the unseen configurations one
+  field away from the best so far (expected improvement when there is none); ``mean``, the best
   predicted time anywhere (greedy); ``parzen``, TPE's good/bad density ratio over the fields,
-  which needs no forest. The default alternates ``ei`` and ``local``: expected improvement
-  explores where the trees disagree, the local step settles the fields the forest cannot tell
-  apart around the incumbent (two tilings that differ in one block size and by 0.01%), which
-  greedy steps anywhere in the space did not: they jump to regions the forest extrapolates
-  into optimistically, and lost early on rugged spaces.
+  which needs no model; ``gp-ei``, ``gp-local`` and ``gp-mean``, the same three from the
+  Gaussian process (``tuner.search._gp``).
+* The default cycles ``gp-ei``, ``ei``, ``local``. The GP interpolates along tile sizes from
+  few evaluations (its length scales say which fields matter), which the forest's axis-aligned
+  steps cannot do with ten or twenty points: it carries the first evaluations. The forest copes
+  with what a smooth GP does not model: failures, cliffs where a tile stops fitting, and
+  interactions learnt from many points; and the local step settles the fields neither model can
+  tell apart around the incumbent (two tilings that differ in one block size and by 0.01%).
+  Either model alone lost somewhere (see the README's search section): the GP alone on the
+  rugged conv_MI250X space, the forest alone in the first 25 evaluations.
 * To stay cheap on long runs the forest is refitted every ``max(1, n // refit_divisor)``
-  evaluations; between refits its predictions are reused.
+  evaluations and the GP's hyperparameters each time the evaluations grew by
+  ``gp_refit_growth``; in between the forest's predictions are reused and the GP conditions on
+  the new evaluations with the hyperparameters it has.
 
-Features are the tunables' values (numbers as they are, other choices by index), plus two
-generic ones for tile sizes: the log-product and log-ratio of every pair of size-like fields
-(tiles act through threads per block, elements per thread ...), and the alignment (largest
-power of two dividing the value) of fields that are not all powers of two. Nothing in them is
-specific to one kernel or one recorded space.
+The forest's features are the tunables' values (numbers as they are, other choices by index),
+plus two generic ones for tile sizes: the log-product and log-ratio of every pair of size-like
+fields (tiles act through threads per block, elements per thread ...), and the alignment
+(largest power of two dividing the value) of fields that are not all powers of two. The GP's
+are the fields scaled to [0, 1] (sizes by log), one per field, so that a length scale is a
+field's. Nothing in them is specific to one kernel or one recorded space.
 
-Defaults (10 uniform start-up draws, ``ei`` and ``local`` in turn, 32 trees, half the features
-per split, leaves of 2) were chosen on the three recorded GPU spaces in shared/spaces and the
-cpu-twin spaces in tests/data, over seeds 0-9, and checked on seeds 10-19 (see the README).
+Defaults (10 uniform start-up draws, ``gp-ei``, ``ei`` and ``local`` in turn, 32 trees, half
+the features per split, leaves of 2) were chosen on the three recorded GPU spaces in
+shared/spaces and the cpu-twin spaces in tests/data over seeds 0-19 (see the README).
 """
 
 from __future__ import annotations
@@ -47,14 +55,17 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution
 from optuna.study import Study
 from optuna.trial import FrozenTrial, TrialState
 
+from tuner.search._gp import GaussianProcess
 from tuner.search._strategies import SearchSpace
 
 Config = tuple[Any, ...]
 
 #: How the next configuration is picked from the forest's prediction: expected improvement,
 #: the best predicted one-field change of the incumbent, the best predicted mean anywhere
-#: (greedy), or TPE's density ratio (which ignores the forest).
-ACQUISITIONS = ("ei", "mean", "parzen", "local")
+#: (greedy), or TPE's density ratio (which ignores the forest); ``gp-`` + one of the first three:
+#: the same from the Gaussian process's prediction.
+GP_ACQUISITIONS = ("gp-ei", "gp-mean", "gp-local")
+ACQUISITIONS = ("ei", "mean", "parzen", "local", *GP_ACQUISITIONS)
 
 
 @dataclass(frozen=True)
@@ -82,8 +93,9 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
         align: bool = True,
         max_features: float = 0.5,
         min_leaf: int = 2,
-        acquisitions: Sequence[str] = ("ei", "local"),
+        acquisitions: Sequence[str] = ("gp-ei", "ei", "local"),
         good_fraction: float = 0.1,
+        gp_refit_growth: float = 0.1,
     ) -> None:
         unknown = set(acquisitions) - set(ACQUISITIONS)
         if not acquisitions or unknown:
@@ -98,6 +110,9 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
         self._pairs, self._align = pairs, align
         self._max_features, self._min_leaf = max_features, min_leaf
         self._acquisitions, self._good_fraction = tuple(acquisitions), good_fraction
+        self._gp_refit_growth = gp_refit_growth
+        self._gp_theta: np.ndarray | None = None  # the GP's last fitted hyperparameters
+        self._gp_theta_n = 0  # ... and the evaluations they were fitted to
         self._model_steps = 0  # proposals made from the model, which pick the acquisition
         self._fit: _Fit | None = None
         self._names: tuple[str, ...] = ()
@@ -129,6 +144,7 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
         names = tuple(sorted(dists))
         if names != self._names:
             self._names, self._pool_ready, self._fit, self._fitted_at = names, False, None, -1
+            self._gp_theta = None
             self._random_cache = None  # configurations of another space
         full = {**{n: d for n, d in search_space.items() if d.single()}, **dists}
         seen, observed = self._history(study, trial, names)
@@ -236,14 +252,19 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
         finite = [v for _, v in observed if math.isfinite(v) and v > 0]
         if len(observed) < self._n_startup or not finite:
             return self._uniform(full, dists, seen)
-        n = len(observed)
-        stale = n - self._fitted_at >= max(1, n // self._refit_divisor)
-        if stale or self._fit is None:
-            self._fit = self._model(full, dists, seen, observed)
-            self._fitted_at = n
         acquisition = self._acquisitions[self._model_steps % len(self._acquisitions)]
         self._model_steps += 1
-        config = self._best_by(acquisition, dists, seen, observed)
+        if acquisition in GP_ACQUISITIONS:
+            fit = self._gp_model(full, dists, seen, observed)
+            acquisition = acquisition.removeprefix("gp-")
+        else:
+            n = len(observed)
+            stale = n - self._fitted_at >= max(1, n // self._refit_divisor)
+            if stale or self._fit is None:
+                self._fit = self._model(full, dists, seen, observed)
+                self._fitted_at = n
+            fit = self._fit
+        config = self._best_by(acquisition, fit, dists, seen, observed)
         return config if config is not None else self._uniform(full, dists, seen)
 
     def _uniform(
@@ -268,17 +289,11 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
         """The forest's prediction (mean and spread of log time) for every unseen candidate."""
         from sklearn.ensemble import RandomForestRegressor
 
-        if self._pool is not None:
-            candidates = [c for c in self._pool if c not in seen]
-        else:
-            pool = self._random_configs(full, dists) + self._neighbours(full, dists, observed)
-            candidates = list(dict.fromkeys(c for c in pool if c not in seen))
+        candidates = self._candidates(full, dists, seen, observed)
         if not candidates:
             return _Fit([], np.empty(0), np.empty(0))
-        finite = np.array([v for _, v in observed if math.isfinite(v) and v > 0])
-        worst = float(np.log(finite.max()))
         x = self._encode(dists, [c for c, _ in observed])
-        y = np.array([math.log(v) if math.isfinite(v) and v > 0 else worst for _, v in observed])
+        y = _log_times(observed)
         forest = RandomForestRegressor(
             bootstrap=True,
             n_estimators=self._n_trees,
@@ -290,18 +305,61 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
         per_tree = np.stack([tree.predict(xc) for tree in forest.estimators_])
         return _Fit(candidates, per_tree.mean(axis=0), np.maximum(per_tree.std(axis=0), 1e-9))
 
+    def _candidates(
+        self,
+        full: Mapping[str, BaseDistribution],
+        dists: Mapping[str, CategoricalDistribution],
+        seen: set[Config],
+        observed: list[tuple[Config, float]],
+    ) -> list[Config]:
+        """The unseen configurations a model step chooses from."""
+        if self._pool is not None:
+            return [c for c in self._pool if c not in seen]
+        pool = self._random_configs(full, dists) + self._neighbours(full, dists, observed)
+        return list(dict.fromkeys(c for c in pool if c not in seen))
+
+    def _gp_model(
+        self,
+        full: Mapping[str, BaseDistribution],
+        dists: Mapping[str, CategoricalDistribution],
+        seen: set[Config],
+        observed: list[tuple[Config, float]],
+    ) -> _Fit:
+        """The GP's prediction (mean and spread of log time) for every unseen candidate.
+
+        Its hyperparameters are fitted again once the evaluations have grown by
+        ``gp_refit_growth`` since the last fit (a fit costs O(n^3) per optimizer step); in
+        between the GP conditions on every evaluation with the last ones.
+        """
+        candidates = self._candidates(full, dists, seen, observed)
+        if not candidates:
+            return _Fit([], np.empty(0), np.empty(0))
+        n = len(observed)
+        theta = self._gp_theta
+        if theta is None or n >= self._gp_theta_n * (1 + self._gp_refit_growth):
+            theta = None
+        gp = GaussianProcess(
+            self._unit_features(dists, [c for c, _ in observed]),
+            _log_times(observed),
+            theta=theta,
+            rng=self._rng,
+        )
+        if theta is None:
+            self._gp_theta, self._gp_theta_n = gp.theta, n
+        mean, std = gp.predict(self._unit_features(dists, candidates))
+        return _Fit(candidates, mean, np.maximum(std, 1e-9))
+
     def _best_by(
         self,
         acquisition: str,
+        fit: _Fit,
         dists: Mapping[str, CategoricalDistribution],
         seen: set[Config],
         observed: list[tuple[Config, float]],
     ) -> Config | None:
-        """The unseen candidate of the last fit that scores highest under ``acquisition``."""
+        """The unseen candidate of ``fit`` that scores highest under ``acquisition``."""
         from scipy.special import ndtr
 
-        assert self._fit is not None
-        fit = self._fit
         fresh = np.array([c not in seen for c in fit.candidates], dtype=bool)
         if not fresh.any():
             return None
@@ -316,7 +374,7 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
             incumbent = min(observed, key=lambda o: o[1] if math.isfinite(o[1]) else math.inf)[0]
             near = np.array([_fields_apart(c, incumbent) == 1 for c in fit.candidates])
             if not (near & fresh).any():
-                return self._best_by("ei", dists, seen, observed)
+                return self._best_by("ei", fit, dists, seen, observed)
             score = np.where(near, -fit.mean, -np.inf)
         else:
             score = self._parzen(dists, fit.candidates, observed)
@@ -374,6 +432,34 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
             for a, b in itertools.combinations(sizes, 2):
                 columns += [logs[a] + logs[b], logs[a] - logs[b]]
         return np.stack(columns, axis=1)
+
+    def _unit_features(
+        self, dists: Mapping[str, CategoricalDistribution], configs: Sequence[Config]
+    ) -> np.ndarray:
+        """The GP's features: one column per field in [0, 1]; sizes (positive numbers with
+        more than two values) on a log scale, other numbers linearly; a field whose choices
+        are not numbers one 0/1 column per choice (their order means nothing)."""
+        columns: list[np.ndarray] = []
+        for i, n in enumerate(self._names):
+            choices = dists[n].choices
+            numbers = [float(v) for v in choices if isinstance(v, int | float)]
+            if len(numbers) < len(choices) or any(isinstance(v, bool) for v in choices):
+                for choice in choices:
+                    columns.append(np.array([float(c[i] == choice) for c in configs]))
+                continue
+            values = np.array([float(c[i]) for c in configs])
+            lo, hi = min(numbers), max(numbers)
+            if lo > 0 and len(numbers) > 2:
+                values, lo, hi = np.log2(values), math.log2(lo), math.log2(hi)
+            columns.append((values - lo) / (hi - lo) if hi > lo else np.zeros(len(configs)))
+        return np.stack(columns, axis=1)
+
+
+def _log_times(observed: Sequence[tuple[Config, float]]) -> np.ndarray:
+    """log(time) of each evaluation; a failure counts as the slowest time seen."""
+    finite = [v for _, v in observed if math.isfinite(v) and v > 0]
+    worst = math.log(max(finite))
+    return np.array([math.log(v) if math.isfinite(v) and v > 0 else worst for _, v in observed])
 
 
 def _fields_apart(a: Config, b: Config) -> int:

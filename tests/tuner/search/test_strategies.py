@@ -83,7 +83,19 @@ def test_default_reaches_the_optimum_faster_than_random(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "acquisitions", [("ei",), ("mean",), ("parzen",), ("local",), ("ei", "mean"), ("ei", "local")]
+    "acquisitions",
+    [
+        ("ei",),
+        ("mean",),
+        ("parzen",),
+        ("local",),
+        ("ei", "mean"),
+        ("ei", "local"),
+        ("gp-ei",),
+        ("gp-mean",),
+        ("gp-local",),
+        ("gp-ei", "ei", "local"),
+    ],
 )
 def test_every_acquisition_proposes_feasible_unseen_configurations(
     tmp_path: Path, acquisitions: tuple[str, ...]
@@ -123,10 +135,11 @@ def test_mean_takes_the_best_predicted_unseen_configuration(tmp_path: Path) -> N
     assert run.evaluations_to(space.optimum_ms * 1.01) is not None
 
 
-def test_local_steps_change_one_field_of_the_best_configuration(tmp_path: Path) -> None:
+@pytest.mark.parametrize("local", ["local", "gp-local"])
+def test_local_steps_change_one_field_of_the_best_configuration(tmp_path: Path, local: str) -> None:
     space = synthetic_space(tmp_path / "s.csv")
     sampler = SurrogateSampler(
-        space=search_space_of(space), seed=2, n_startup=8, acquisitions=("local",)
+        space=search_space_of(space), seed=2, n_startup=8, acquisitions=(local,)
     )
     study = optuna.create_study(sampler=sampler)
     names = sorted(space.distributions)
@@ -138,6 +151,43 @@ def test_local_steps_change_one_field_of_the_best_configuration(tmp_path: Path) 
             changed = [n for n in names if trial.params[n] != best.params[n]]
             assert len(changed) == 1, (trial.params, best.params)
         study.tell(trial, space.evaluate(trial.params).time_ms or math.inf)
+
+
+def test_gp_features_scale_sizes_by_log_and_split_named_choices() -> None:
+    dist = optuna.distributions.CategoricalDistribution
+    dists = {"order": dist(("mk", "km", "nk")), "pad": dist((0, 1)), "tile": dist((16, 64, 256))}
+    sampler = SurrogateSampler()
+    sampler._names = ("order", "pad", "tile")
+    x = sampler._unit_features(dists, [("km", 1, 64), ("nk", 0, 16), ("mk", 0, 256)])
+    # order: one 0/1 column per choice; pad: linear; tile: log2 in [0, 1] (64 is halfway)
+    assert x.tolist() == [
+        [0.0, 1.0, 0.0, 1.0, 0.5],
+        [0.0, 0.0, 1.0, 0.0, 0.0],
+        [1.0, 0.0, 0.0, 0.0, 1.0],
+    ]
+
+
+def test_the_gp_refits_its_hyperparameters_as_evaluations_grow(tmp_path: Path) -> None:
+    space = synthetic_space(tmp_path / "s.csv")
+    sampler = SurrogateSampler(
+        space=search_space_of(space), seed=0, n_startup=5, acquisitions=("gp-ei",)
+    )
+    fits: list[int] = []
+    original = sampler._gp_model
+
+    def spy(*args: Any) -> Any:
+        before = sampler._gp_theta_n
+        out = original(*args)
+        if sampler._gp_theta_n != before or not fits:
+            fits.append(sampler._gp_theta_n)
+        return out
+
+    sampler._gp_model = spy  # type: ignore[method-assign]
+    replay_search(space, sampler, budget=40)
+    # A fit at 5 evaluations, then again each time the data grew by 10% (at least one more).
+    assert fits[0] == 5 and len(fits) >= 10
+    assert all(b >= a * 1.1 for a, b in itertools.pairwise(fits)), fits
+    assert fits[-1] < 40 and len(fits) < 35  # not refitted at every step
 
 
 # -- warm start in the Tuner ----------------------------------------------------------------
