@@ -29,6 +29,7 @@ import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution
 
 from tuner.errors import InputError
+from tuner.search._strategies import set_constraints
 
 TIME_COLUMN = "time_ms"
 
@@ -236,7 +237,6 @@ def replay_search(
                     on_evaluation(run)
             else:
                 idle += 1
-        for name, value in result.constraints.items():
-            trial.set_constraint(name, value)
+        set_constraints(trial, result.constraints)
         study.tell(trial, result.time_ms if result.time_ms is not None else math.inf)
     return run

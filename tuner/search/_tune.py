@@ -42,7 +42,7 @@ from kernels.targets import TargetProfile
 from tuner import store
 from tuner.errors import StoreError
 from tuner.search._space import distributions, tiling_from_params
-from tuner.search._strategies import SearchSpace, make_sampler
+from tuner.search._strategies import SearchSpace, make_sampler, set_constraints
 from tuner.search._warm import nearest_tuned_tilings
 from tuner.settings import Settings
 from tuner.types import Shape, Tiling, Workload
@@ -457,8 +457,7 @@ class Tuner:
                     tiling, source=source, progress=progress, trial=trial.number
                 )
                 self._seen[key] = outcome
-            for name, value in outcome.constraints.items():
-                trial.set_constraint(name, value)
+            set_constraints(trial, outcome.constraints)
             study.tell(trial, outcome.latency_us if outcome.latency_us is not None else NO_TIME)
             if on_progress is not None:
                 on_progress(progress)

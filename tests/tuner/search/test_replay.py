@@ -8,7 +8,9 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
+import optuna
 import pytest
 
 from tuner.errors import InputError
@@ -83,6 +85,24 @@ def test_search_counts_evaluations_once_each(space_file: Path, strategy: str) ->
     run = replay_search(space, make_sampler(1, strategy=strategy), budget=50)
     assert space.evaluations == 5 and run.best_ms == 1.0
     assert run.evaluations_to(1.0) is not None and run.evaluations_to(0.5) is None
+
+
+def test_every_trial_carries_the_same_constraint(space_file: Path) -> None:
+    """Samplers that model constraints (Optuna's GPSampler) refuse a study whose trials carry
+    different constraint sets: ok, failed and infeasible trials all carry ``violation``."""
+
+    class Watching(optuna.samplers.RandomSampler):
+        def after_trial(self, study: optuna.Study, *args: Any) -> None:
+            self.study = study
+
+    space = ReplaySpace(space_file)
+    sampler = Watching(seed=0)
+    replay_search(space, sampler, budget=50)
+    study_trials = sampler.study.get_trials()
+    assert len(study_trials) > space.configs  # the failed and the infeasible ones too
+    assert {tuple(t.constraints) for t in study_trials} == {("violation",)}
+    values = sorted({t.constraints["violation"] for t in study_trials})
+    assert values[0] == 0.0 and values[-1] > 0  # feasible ones, and failed or infeasible ones
 
 
 def _tilewise(*args: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
