@@ -255,13 +255,14 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
         acquisition = self._acquisitions[self._model_steps % len(self._acquisitions)]
         self._model_steps += 1
         if acquisition in GP_ACQUISITIONS:
-            fit = self._gp_model(full, dists, seen, observed)
+            fit = self._gp_model(dists, self._candidates(full, dists, seen, observed), observed)
             acquisition = acquisition.removeprefix("gp-")
         else:
             n = len(observed)
             stale = n - self._fitted_at >= max(1, n // self._refit_divisor)
             if stale or self._fit is None:
-                self._fit = self._model(full, dists, seen, observed)
+                candidates = self._candidates(full, dists, seen, observed)
+                self._fit = self._model(dists, candidates, observed)
                 self._fitted_at = n
             fit = self._fit
         config = self._best_by(acquisition, fit, dists, seen, observed)
@@ -281,15 +282,13 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
 
     def _model(
         self,
-        full: Mapping[str, BaseDistribution],
         dists: Mapping[str, CategoricalDistribution],
-        seen: set[Config],
+        candidates: list[Config],
         observed: list[tuple[Config, float]],
     ) -> _Fit:
-        """The forest's prediction (mean and spread of log time) for every unseen candidate."""
+        """The forest's prediction (mean and spread of log time) for every candidate."""
         from sklearn.ensemble import RandomForestRegressor
 
-        candidates = self._candidates(full, dists, seen, observed)
         if not candidates:
             return _Fit([], np.empty(0), np.empty(0))
         x = self._encode(dists, [c for c, _ in observed])
@@ -320,18 +319,16 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
 
     def _gp_model(
         self,
-        full: Mapping[str, BaseDistribution],
         dists: Mapping[str, CategoricalDistribution],
-        seen: set[Config],
+        candidates: list[Config],
         observed: list[tuple[Config, float]],
     ) -> _Fit:
-        """The GP's prediction (mean and spread of log time) for every unseen candidate.
+        """The GP's prediction (mean and spread of log time) for every candidate.
 
         Its hyperparameters are fitted again once the evaluations have grown by
         ``gp_refit_growth`` since the last fit (a fit costs O(n^3) per optimizer step); in
         between the GP conditions on every evaluation with the last ones.
         """
-        candidates = self._candidates(full, dists, seen, observed)
         if not candidates:
             return _Fit([], np.empty(0), np.empty(0))
         n = len(observed)
