@@ -7,7 +7,7 @@
 // from GM, least recently used group out); B likewise with stepN x stepKb tiles. Tiles are zero
 // padded at the edges when they reach L1 (B in the micro-kernel's panel layout), go L1 -> L0 (a
 // conversion for half, nothing to move for float) and are multiplied into the float C block in
-// L0C by a register-blocked micro-kernel (8 x 32 with AVX-512, 6 x 16 with AVX2), skipping what
+// L0C by a register-blocked micro-kernel (6 x 64 with AVX-512, 6 x 16 with AVX2), skipping what
 // is only padding.
 #pragma once
 
