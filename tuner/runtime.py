@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from operator import itemgetter
 from pathlib import Path
@@ -347,33 +347,26 @@ class TilingTable:
         distance = np.abs(group.logs[0] - math.log2(asked[group.dims[0]]))
         for column, dim in zip(group.logs[1:], group.dims[1:], strict=True):
             distance += np.abs(column - math.log2(asked[dim]))
-        first = int(distance.argmin())  # the first minimum: ties go to the smaller shape
-        order: Iterable[int] = [first]
-        if self.max_candidates > 1:
-            # Candidates past the first are rare (an invalid nearest): sort only then.
-            order = _chain_first(first, distance, self.max_candidates)
-        for index in order:
+        for index, away in _nearest_first(distance, self.max_candidates):
             entry = group.entries[index]
             try:
-                valid = group.spec.check(entry.tiling, asked, group.dtype, group.profile).valid
+                valid = group.spec.valid(entry.tiling, asked, group.dtype, group.profile)
             except TilewiseError:
                 valid = False
             if valid:
-                return Answer(
-                    entry.tiling,
-                    "nearest",
-                    entry.workload,
-                    entry.latency_us,
-                    float(distance[index]),
-                )
+                return Answer(entry.tiling, "nearest", entry.workload, entry.latency_us, away)
         return None
 
 
-def _chain_first(first: int, distance: np.ndarray, limit: int) -> Iterable[int]:
-    yield first
-    if limit > 1 and len(distance) > 1:
-        order = np.argsort(distance, kind="stable")
-        yield from (int(i) for i in order[:limit] if i != first)
+def _nearest_first(distance: np.ndarray, limit: int) -> Iterator[tuple[int, float]]:
+    """(index, distance) of up to ``limit`` entries in the order of a stable sort of
+    ``distance`` (ties: the smaller index first), one argmin at a time. The walk usually stops
+    at the first entry, and a full sort of a 10,000-entry group took 650 µs where an argmin
+    takes a few. Overwrites ``distance``."""
+    for _ in range(min(limit, len(distance))):
+        index = int(distance.argmin())  # the first minimum
+        yield index, float(distance[index])
+        distance[index] = np.inf
 
 
 def _detail(response: Any) -> str:

@@ -238,7 +238,8 @@ class OpSpec(ABC):
     def runtime_tunables(
         self, shape: Shape, dtype: str, target: TargetProfile
     ) -> tuple[Tunable, ...]:
-        """Domains of the tiling-struct fields searched for this workload."""
+        """Domains of the tiling-struct fields searched for this workload. The domains may
+        depend on the workload; the names may not (the checks rely on it)."""
 
     def tunables(self, shape: Shape, dtype: str, target: TargetProfile) -> tuple[Tunable, ...]:
         """Every tunable of this workload: runtime fields, then compile-time choices."""
@@ -246,7 +247,12 @@ class OpSpec(ABC):
 
     @lru_cache(maxsize=1024)  # noqa: B019 - specs are module-level singletons
     def _tunable_names(self, shape: Shape, dtype: str, target: TargetProfile) -> frozenset[str]:
-        return frozenset(t.name for t in self.tunables(shape, dtype, target))
+        names = frozenset(t.name for t in self.tunables(shape, dtype, target))
+        # Every op's names are the same for every workload (tests/kernels/ops/test_specs.py holds
+        # each op to it): kept once, they spare a shape never seen before from building its
+        # tunables just to name them (the runtime's nearest search checks such shapes).
+        self._names = names
+        return names
 
     def compile_key(self, tiling: Tiling, dtype: str) -> dict[str, str]:
         """The compile-time part of a tiling as ``-D`` macros: a build is keyed by this only."""
@@ -276,16 +282,38 @@ class OpSpec(ABC):
     def rules(self, tiling: Tiling, shape: Shape, dtype: str, target: TargetProfile) -> list[str]:
         """Every validity rule (besides memory sizes) the tiling breaks, as readable reasons."""
 
-    def check(self, tiling: Tiling, shape: Shape, dtype: str, target: TargetProfile) -> Check:
-        """Footprint against the target's limits plus :meth:`rules`."""
+    def _require_fields(
+        self, tiling: Tiling, shape: Shape, dtype: str, target: TargetProfile
+    ) -> None:
+        fields = set(tiling)
+        if fields == getattr(self, "_names", None):
+            return
         names = self._tunable_names(shape, dtype, target)
-        if set(tiling) != names:
+        if fields != names:
             missing, extra = sorted(names - set(tiling)), sorted(set(tiling) - names)
             raise InputError(
                 f"{self.name}: tiling fields do not match the tunables"
                 + (f"; missing {', '.join(missing)}" if missing else "")
                 + (f"; unknown {', '.join(extra)}" if extra else "")
             )
+
+    def valid(self, tiling: Tiling, shape: Shape, dtype: str, target: TargetProfile) -> bool:
+        """``check(...).valid``, sooner: the rules first, and the footprint only when they
+        pass. The runtime's nearest search tries the tilings of neighbouring shapes, and most
+        that fail break a rule (their core split) before any memory limit."""
+        self._require_fields(tiling, shape, dtype, target)
+        try:
+            if self.rules(tiling, shape, dtype, target):
+                return False
+            footprint = self.footprint(tiling, shape, dtype, target)
+        except ArithmeticError:
+            return False
+        limits = target.limits(mix=self.mix)
+        return all(getattr(footprint, memory) <= limits[memory] for memory in MEMORIES)
+
+    def check(self, tiling: Tiling, shape: Shape, dtype: str, target: TargetProfile) -> Check:
+        """Footprint against the target's limits plus :meth:`rules`."""
+        self._require_fields(tiling, shape, dtype, target)
         limits = target.limits(mix=self.mix)
         try:
             reasons = self.rules(tiling, shape, dtype, target)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
 
 from kernels.ops import get_op
@@ -24,7 +25,7 @@ from tuner.export import (
     dump_document,
     parse_table,
 )
-from tuner.runtime import Answer, TilingTable
+from tuner.runtime import Answer, TilingTable, _nearest_first
 from tuner.types import Shape, Tiling, Workload
 
 LAG = get_op("linear_add_gelu")
@@ -151,6 +152,17 @@ def test_max_candidates_bounds_the_walk() -> None:
     doc = document(entry("linear_add_gelu", lag(128)), entry("linear_add_gelu", lag(1024)))
     assert ask(TilingTable.from_document(doc, max_candidates=1), lag(200)).source == "default"
     assert ask(TilingTable.from_document(doc, max_candidates=2), lag(200)).source == "nearest"
+
+
+def test_the_walk_follows_a_stable_sort_of_the_distances() -> None:
+    rng = np.random.default_rng(5)
+    # Many ties (a few distinct values) and a limit below and above the length.
+    distance = rng.integers(0, 6, size=200).astype(np.float64)
+    for limit in (1, 17, 200, 500):
+        walked = list(_nearest_first(distance.copy(), limit))
+        order = np.argsort(distance, kind="stable")[:limit]
+        assert [i for i, _ in walked] == order.tolist()
+        assert [d for _, d in walked] == distance[order].tolist()
 
 
 def test_ties_go_to_the_smaller_shape() -> None:

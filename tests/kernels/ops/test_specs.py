@@ -155,6 +155,46 @@ def test_tiling_fields_must_match_the_tunables() -> None:
         )
 
 
+@pytest.mark.parametrize("op", sorted(SHAPES))
+def test_valid_agrees_with_check(op: str) -> None:
+    # valid() is check().valid with an early exit (rules first): the same verdict on random
+    # tilings of every shape, each also asked for the other shapes (what the runtime's nearest
+    # search does with a neighbour's tiling), on the twin and on an NPU profile.
+    spec, rng = get_op(op), np.random.default_rng(7)
+    shapes = [spec.validate_shape(Shape.parse(s)) for s in SHAPES[op]]
+    verdicts = set()
+    for target in (twin_target(), get_target("ascend910b4")):
+        for shape, asked in itertools.product(shapes, shapes):
+            tunables = spec.tunables(shape, "float32", target)
+            for _ in range(40):
+                tiling = Tiling({t.name: int(rng.choice(t.values)) for t in tunables})
+                expected = spec.check(tiling, asked, "float32", target).valid
+                assert spec.valid(tiling, asked, "float32", target) == expected, (shape, asked)
+                verdicts.add(expected)
+    assert verdicts == {True, False}
+
+
+@pytest.mark.parametrize("op", sorted(SHAPES))
+def test_tunable_names_are_the_same_for_every_workload(op: str) -> None:
+    # check() and valid() compare a tiling's fields with the names they saw first.
+    spec = get_op(op)
+    names = {
+        frozenset(
+            t.name for t in spec.tunables(spec.validate_shape(Shape.parse(s)), d, get_target(t))
+        )
+        for s in SHAPES[op]
+        for d in spec.dtypes
+        for t in ("cpu-twin", *BUILTIN)
+    }
+    assert len(names) == 1, names
+
+
+def test_valid_names_missing_fields() -> None:
+    spec, shape = get_op("swiglu"), Shape({"T": 4, "I": 64})
+    with pytest.raises(InputError, match="missing bufferNum"):
+        spec.valid(Tiling({"tileLength": 64, "blockDim": 1}), shape, "float32", twin_target())
+
+
 def test_a_good_share_of_the_matmul_space_is_infeasible() -> None:
     # The static checks are what keeps the search cheap: count how much they prune.
     spec, target = get_op("linear_add_gelu"), twin_target()
