@@ -477,7 +477,7 @@ class Tuner:
 
         def feasible(params: Mapping[str, object]) -> bool:
             tiling = tiling_from_params(dict(params))
-            ok = self.spec.check(tiling, self.shape, self.dtype, self.target).valid
+            ok = self.spec.valid(tiling, self.shape, self.dtype, self.target)
             self.screened += 1
             self.screened_out += not ok
             return ok

@@ -53,7 +53,7 @@ def nearest_tuned_tilings(
                 break
             if set(tiling) != names or tiling.key() in out:
                 continue
-            if spec.check(tiling, shape, dtype, target).valid:
+            if spec.valid(tiling, shape, dtype, target):
                 out[tiling.key()] = tiling
                 found += 1
     return list(out.values())
