@@ -179,6 +179,8 @@ class OpSpec(ABC):
     kernel_file: ClassVar[str]
     #: Cube + vector (MIX) kernels have 256 B less UB.
     mix: ClassVar[bool] = False
+    #: The tunables' names, once some workload's tunables were built (see _tunable_names).
+    _names: frozenset[str] | None = None
 
     # -- identity --------------------------------------------------------------------------
     @property
@@ -285,12 +287,12 @@ class OpSpec(ABC):
     def _require_fields(
         self, tiling: Tiling, shape: Shape, dtype: str, target: TargetProfile
     ) -> None:
-        fields = set(tiling)
-        if fields == getattr(self, "_names", None):
+        fields = frozenset(tiling)
+        if fields == self._names:
             return
         names = self._tunable_names(shape, dtype, target)
         if fields != names:
-            missing, extra = sorted(names - set(tiling)), sorted(set(tiling) - names)
+            missing, extra = sorted(names - fields), sorted(fields - names)
             raise InputError(
                 f"{self.name}: tiling fields do not match the tunables"
                 + (f"; missing {', '.join(missing)}" if missing else "")
