@@ -369,7 +369,12 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
             score = -fit.mean
         elif acquisition == "local":
             incumbent = min(observed, key=lambda o: o[1] if math.isfinite(o[1]) else math.inf)[0]
-            near = np.array([_fields_apart(c, incumbent) == 1 for c in fit.candidates])
+            # Membership in the incumbent's one-field changes: a set lookup per candidate, where
+            # comparing every candidate field by field took 5 of 37 s of a 300-evaluation replay.
+            changes = self._one_field_changes(dists, incumbent)
+            near = np.fromiter(
+                (c in changes for c in fit.candidates), dtype=bool, count=len(fit.candidates)
+            )
             if not (near & fresh).any():
                 return self._best_by("ei", fit, dists, seen, observed)
             score = np.where(near, -fit.mean, -np.inf)
@@ -377,6 +382,16 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
             score = self._parzen(dists, fit.candidates, observed)
         score = np.where(fresh, score, -np.inf)
         return fit.candidates[int(np.argmax(score))]
+
+    def _one_field_changes(
+        self, dists: Mapping[str, CategoricalDistribution], config: Config
+    ) -> set[Config]:
+        return {
+            (*config[:i], value, *config[i + 1 :])
+            for i, n in enumerate(self._names)
+            for value in dists[n].choices
+            if value != config[i]
+        }
 
     def _parzen(
         self,
@@ -457,10 +472,6 @@ def _log_times(observed: Sequence[tuple[Config, float]]) -> np.ndarray:
     finite = [v for _, v in observed if math.isfinite(v) and v > 0]
     worst = math.log(max(finite))
     return np.array([math.log(v) if math.isfinite(v) and v > 0 else worst for _, v in observed])
-
-
-def _fields_apart(a: Config, b: Config) -> int:
-    return sum(x != y for x, y in zip(a, b, strict=True))
 
 
 def _alignment(value: float) -> float:
