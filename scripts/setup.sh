@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Sets up a fresh machine for tilewise: a C++ compiler for the cpu-twin (clang through apt when it
-# is missing and we are root), and .venv with the package and its test tools. Idempotent.
+# Sets up a fresh machine for tilewise: a C++ compiler for the cpu-twin, Chromium and
+# docker-compose for the tests (through apt when missing and we are root), and .venv with the
+# package and its test tools. Idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,8 +23,15 @@ apt_install() {
   fi
 }
 
-if ! have_clang; then
-  apt_install clang-19 || echo "setup: continuing without clang: g++ builds work, spill checks are off" >&2
+# One apt run for everything missing. The tests need Chromium (the dashboard is checked in a
+# headless browser) and docker-compose (it validates docker/compose.yaml); the tune needs neither.
+need=()
+have_clang || need+=(clang-19)
+command -v chromium >/dev/null 2>&1 || need+=(chromium chromium-driver)
+command -v docker-compose >/dev/null 2>&1 || need+=(docker-compose)
+if [ ${#need[@]} -gt 0 ] && ! apt_install "${need[@]}"; then
+  have_clang || echo "setup: continuing without clang: g++ builds work, spill checks are off" >&2
+  echo "setup: without chromium and docker-compose the dashboard and compose tests fail" >&2
 fi
 
 PYTHON=${PYTHON:-python3}
