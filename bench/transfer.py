@@ -5,7 +5,8 @@
 1. Tunes the op at the training shapes (one SQLite database, the default strategy).
 2. For every held-out shape:
    * the runtime library's answer (``TilingTable.from_db``: exact → nearest → default) is
-     looked up in that database — it is ``nearest`` there, since the shape was not tuned;
+     looked up in that database — it is ``nearest`` there, since the shape was not tuned —
+     with the tuned shape it came from and that shape's own tuned speedup over its default;
    * the shape is tuned *cold* (a fresh database) and *warm* (a copy of the training database,
      so the Tuner starts from the best tilings of the nearest tuned shapes), same budget;
    * the runtime's answer, the default tiling and both tuned winners are then measured side by
@@ -84,6 +85,7 @@ def tune(db_url: str, op: str, shape: Shape, budget: int, seed: int) -> dict[str
         db.close()
     return {
         "best": result.best.tiling if result.best else None,
+        "speedup": result.speedup,
         "evaluations": result.progress.evaluations,
         "times_us": times,
     }
@@ -145,9 +147,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="tilewise-transfer-") as tmp:
         train_db = Path(tmp) / "train.db"
         train_url = f"sqlite:///{train_db}"
+        # Each training shape's tuned speedup over its own default tiling.
+        gains: dict[frozenset[tuple[str, int]], float | None] = {}
         for shape in TRAIN[op]:
             print(f"train {op} {shape}", file=sys.stderr, flush=True)
-            tune(train_url, op, Shape(shape), args.budget, args.seed)
+            trained = tune(train_url, op, Shape(shape), args.budget, args.seed)
+            gains[frozenset(shape.items())] = trained["speedup"]
         table = TilingTable.from_db(train_url)
         for i, dims in enumerate(HELD_OUT[op]):
             shape = Shape(dims)
@@ -169,10 +174,13 @@ def main() -> None:
             ms = measure_side_by_side(op, shape, tilings, args.rounds)
             tuned = min((v for k, v in ms.items() if k in ("cold", "warm") and v), default=None)
             optimum = min(min(cold["times_us"]), min(warm["times_us"]))
+            neighbour = dict(answer.workload.shape) if answer.workload else {}
             rows.append(
                 {
                     "shape": dims,
                     "runtime_source": answer.source,
+                    "neighbour": neighbour,
+                    "neighbour_speedup": gains.get(frozenset(neighbour.items())),
                     "us": ms,
                     "runtime_over_tuned": _ratio(ms["runtime"], tuned),
                     "default_over_tuned": _ratio(ms["default"], tuned),
