@@ -1,7 +1,8 @@
 """The GM buffers of one (op, shape, dtype): inputs, outputs and the reference answer.
 
 Buffers are files in shared memory that the runner maps, so no tensor is copied through a pipe
-and the outputs can be checked here after a launch.
+and the outputs can be checked here after a launch. (The runner launches kernels on its own
+huge-page copy of each buffer and copies it back when the request ends: see runner.cpp.)
 """
 
 from __future__ import annotations
