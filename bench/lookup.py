@@ -71,18 +71,18 @@ def build_table(count: int, rng: np.random.Generator) -> tuple[TilingTable, list
     spec, target = get_op(OP), get_target(TARGET)
     shapes = random_shapes(rng, count, set())
     entries = []
-    for shape in shapes:
+    for dims in shapes:
+        shape = Shape(dims)
         # The shape's own default tiling: a table entry must lie within its workload's domains
         # (the loader refuses others), and a default does by construction.
-        sized = Shape(shape)
         entries.append(
             TableEntry(
                 op=OP,
                 op_version=spec.version,
                 target=TARGET,
                 dtype=DTYPE,
-                shape=Shape(shape),
-                tiling=spec.default_tiling(sized, DTYPE, target),
+                shape=shape,
+                tiling=spec.default_tiling(shape, DTYPE, target),
                 latency_us=100.0,
                 default_latency_us=150.0,
                 speedup=1.5,

@@ -205,7 +205,7 @@ public:
         for (auto& m : maps_) {
             if (m.file != nullptr) {
                 std::memcpy(m.file, m.data, m.bytes);
-                munmap(m.file, m.fileLength);
+                munmap(m.file, m.bytes);
             }
             munmap(m.data, m.length);
         }
@@ -222,8 +222,7 @@ public:
                 close(fd);
                 throw RequestError(path + " is smaller than " + std::to_string(bytes) + " bytes");
             }
-            m.fileLength = bytes;
-            void* f = mmap(nullptr, m.fileLength, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+            void* f = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
             close(fd);
             if (f == MAP_FAILED) throw RequestError("mmap of " + path + " failed: " + std::strerror(errno));
             m.file = static_cast<uint8_t*>(f);
@@ -237,7 +236,7 @@ public:
         const size_t mapped = length + (huge ? kHuge : 0);
         void* r = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (r == MAP_FAILED) {
-            if (m.file != nullptr) munmap(m.file, m.fileLength);
+            if (m.file != nullptr) munmap(m.file, bytes);
             throw RequestError("mmap of " + std::to_string(bytes) + " bytes of GM failed: " + std::strerror(errno));
         }
         uint8_t* region = static_cast<uint8_t*>(r);
@@ -262,8 +261,7 @@ private:
         uint8_t* data = nullptr;  // what the kernel sees: anonymous, `length` bytes mapped
         size_t length = 0;
         uint64_t bytes = 0;
-        uint8_t* file = nullptr;  // the caller's file, or null for "-"
-        size_t fileLength = 0;
+        uint8_t* file = nullptr;  // the caller's file (`bytes` mapped), or null for "-"
     };
     std::vector<Mapping> maps_;
 };
