@@ -354,7 +354,8 @@ class TilingTable:
             except TilewiseError:
                 valid = False
             if valid:
-                return Answer(entry.tiling, "nearest", entry.workload, entry.latency_us, away)
+                tuned = group.exact[group.key(entry.shape)]  # its workload, hashed at load
+                return Answer(entry.tiling, "nearest", tuned.workload, entry.latency_us, away)
         return None
 
 

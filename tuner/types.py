@@ -39,7 +39,7 @@ class Shape(Mapping[str, int]):
         return value
 
     def __iter__(self) -> Iterator[str]:
-        return (name for name, _ in self.dims)
+        return iter(self._index)  # type: ignore[attr-defined]
 
     def __len__(self) -> int:
         return len(self.dims)
@@ -96,7 +96,7 @@ class Tiling(Mapping[str, int]):
         return value
 
     def __iter__(self) -> Iterator[str]:
-        return (name for name, _ in self.entries)
+        return iter(self._index)  # type: ignore[attr-defined]
 
     def __len__(self) -> int:
         return len(self.entries)

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import ClassVar, Literal, NamedTuple
 
 import numpy as np
 
@@ -83,9 +83,11 @@ class GmArg:
         return self.elements * np.dtype(self.dtype).itemsize
 
 
-@dataclass(frozen=True)
-class Buffer:
-    """One on-chip buffer the kernel's Init allocates, as the device sees it."""
+class Buffer(NamedTuple):
+    """One on-chip buffer the kernel's Init allocates, as the device sees it.
+
+    A named tuple: the runtime's nearest lookup builds the buffers of each tiling it checks
+    against a shape not tuned, and a tuple is made in half the time of a frozen dataclass."""
 
     name: str
     memory: Literal["ub", "l1", "l0a", "l0b", "l0c", "bt"]
