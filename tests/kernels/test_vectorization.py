@@ -32,12 +32,12 @@ _REMARK = re.compile(r"^(?P<file>[^:\s]+):(?P<line>\d+):\d+: remark: (?P<text>.*
 
 
 def marked_loops() -> set[Loop]:
-    """The ``for`` after each ``TW_IVDEP`` line of the twin's headers."""
+    """The ``for`` after each ``TW_IVDEP`` (or ``TW_IVDEP_LONG``) line of the twin's headers."""
     loops: set[Loop] = set()
     for header in sorted((TWIN_DIR / "twin").glob("*.h")):
         lines = header.read_text().splitlines()
         for i, line in enumerate(lines):
-            if line.strip() != "TW_IVDEP":
+            if line.strip() not in ("TW_IVDEP", "TW_IVDEP_LONG"):
                 continue
             following = next(j for j in range(i + 1, len(lines)) if lines[j].strip())
             assert lines[following].lstrip().startswith("for ("), (header.name, following + 1)
