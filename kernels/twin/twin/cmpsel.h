@@ -108,13 +108,17 @@ inline void SelectLoop(const AscendC::LocalTensor<T>& dst, const AscendC::LocalT
 
 namespace AscendC {
 
-// dst bit i = src0[i] <cmpMode> src1[i]. half and float; int32 too (all modes, as on A2).
+// dst bit i = src0[i] <cmpMode> src1[i]. half and float; int32 only with EQ (as on A2 and A3:
+// asc-devkit's Compare page lists int32_t for CMPMODE::EQ only, as for CompareScalar).
 template <typename T, typename U>
 inline void Compare(const LocalTensor<U>& dst, const LocalTensor<T>& src0, const LocalTensor<T>& src1,
                     CMPMODE cmpMode, uint32_t count)
 {
     static_assert(std::is_same_v<U, uint8_t>, "Compare: the mask must be uint8_t");
     static_assert(twin::kFloating<T> || std::is_same_v<T, int32_t>, "Compare: unsupported data type");
+    if (std::is_same_v<T, int32_t> && cmpMode != CMPMODE::EQ) {
+        twin::Fail("Compare: int32_t supports CMPMODE::EQ only, got mode ", int(cmpMode));
+    }
     twin::CheckCompareCount<T>("Compare", count);
     twin::CheckLocal("Compare", src0, count);
     twin::CheckLocal("Compare", src1, count);

@@ -277,6 +277,15 @@ static void CompareAndSelect()
     EXPECT_ERROR(CompareScalar(mask, h, half(0.0f), CMPMODE::GT, 64), "multiple of 128 elements");
     auto ints = ub.Get<int32_t>(1);
     EXPECT_ERROR(CompareScalar(mask, ints, 3, CMPMODE::LT, 64), "EQ only");
+    EXPECT_ERROR(Compare(mask, ints, ints, CMPMODE::GT, 64), "EQ only");
+    for (int i = 0; i < 64; ++i) ints.SetValue(i, i % 3 == 0 ? 7 : -i);
+    auto sevens = ub.Get<int32_t>(2);
+    for (int i = 0; i < 64; ++i) sevens.SetValue(i, 7);
+    Compare(mask, ints, sevens, CMPMODE::EQ, 64);
+    for (int i = 0; i < 64; ++i) {
+        bool bit = (mask.GetValue(i / 8) >> (i % 8)) & 1;
+        CHECK(bit == (i % 3 == 0), "Compare int32 EQ %d", i);
+    }
     EXPECT_ERROR(Select(d, mask, a, b, SELMODE::VSEL_CMPMASK_SPR, M), "VSEL_TENSOR_TENSOR_MODE only");
     Pass("compare_and_select");
 }
