@@ -20,7 +20,7 @@ using namespace AscendC;
 struct ScaleReluDropoutTiling {
     int32_t totalLength;  // elements
     int32_t blockLength;  // elements per block, a multiple of 16
-    int32_t tileLength;   // elements per UB tile, a multiple of 64 (whole 256 B float repeats)
+    int32_t tileLength;   // elements per UB tile, a multiple of 128 (whole 256 B repeats of half too)
     uint32_t seedMix;     // seed * 0x9E3779B9 (mod 2^32)
     float scale;
     float dropP;
@@ -49,7 +49,15 @@ public:
         pipe->InitBuffer(outQueueY_, BUFFER_NUM, tiling.tileLength * sizeof(T));
         pipe->InitBuffer(hashBuf_, tiling.tileLength * sizeof(uint32_t));
         pipe->InitBuffer(scratchBuf_, tiling.tileLength * sizeof(float));
+        pipe->InitBuffer(indexBuf_, tiling.tileLength * sizeof(int32_t));
         pipe->InitBuffer(keepBuf_, tiling.tileLength / 8);  // one bit per element
+        pipe->InitBuffer(positiveBuf_, tiling.tileLength / 8);
+
+        // i * HASH_MUL for the elements of a tile, once: a tile's first hash step is then one Adds
+        // ((first + i) * HASH_MUL = first * HASH_MUL + i * HASH_MUL, mod 2^32).
+        LocalTensor<int32_t> index = indexBuf_.Get<int32_t>();
+        CreateVecIndex(index, 0, tiling.tileLength);
+        Muls(index, index, static_cast<int32_t>(HASH_MUL), tiling.tileLength);
     }
 
     __aicore__ inline void Process()
@@ -91,11 +99,10 @@ private:
         LocalTensor<uint32_t> shifted = scratchBuf_.Get<uint32_t>();
         // (index + seedMix) mod 2^32 as the first index: the seed costs no pass of its own.
         uint32_t first = static_cast<uint32_t>(globalOffset) + tiling_.seedMix;
-        // Multiplies run on int32 (the vector unit's integer multiply), logical shifts on uint32;
-        // the low 32 bits of a product are the same either way.
+        // Multiplies and adds run on int32 (the vector unit's integer arithmetic), logical shifts
+        // on uint32; the low 32 bits of a sum or product are the same either way.
         LocalTensor<int32_t> hashInt = hash.ReinterpretCast<int32_t>();
-        CreateVecIndex(hashInt, static_cast<int32_t>(first), count);
-        Muls(hashInt, hashInt, static_cast<int32_t>(HASH_MUL), count);
+        Adds(hashInt, indexBuf_.Get<int32_t>(), static_cast<int32_t>(first * HASH_MUL), count);
         for (int32_t round = 0; round < 2; ++round) {
             ShiftRight(shifted, hash, 16u, count);
             Add(hash, hash, shifted, count);
@@ -110,18 +117,24 @@ private:
         return keep;
     }
 
-    // y = keep ? relu(x * scale * keepScale) : 0. The whole tile is computed over `count` rounded
-    // up to whole 256 B repeats (CompareScalar's unit; tileLength is a multiple of that): the
-    // elements past the data are never copied out.
+    // y = keep && x * s > 0 ? x * s : 0 with s = scale * keepScale: the ReLU is a bit mask ANDed
+    // into the keep bits (one compare that reads the tile, where Relu would read and write it).
+    // The whole tile is computed over `count` rounded up to whole 256 B repeats of float and half
+    // (the compares' unit; tileLength is a multiple of that): the elements past the data are never
+    // copied out.
     __aicore__ inline void Compute(int32_t globalOffset, int32_t count)
     {
-        constexpr int32_t repeat = 256 / sizeof(float);  // the float compare sets the unit
+        constexpr int32_t repeat = 256 / sizeof(half);
         int32_t padded = (count + repeat - 1) / repeat * repeat;
         LocalTensor<T> xLocal = inQueueX_.DeQue<T>();
         LocalTensor<T> yLocal = outQueueY_.AllocTensor<T>();
         LocalTensor<uint8_t> keep = KeepBits(globalOffset, padded);
-        Muls(yLocal, xLocal, static_cast<T>(tiling_.scale * tiling_.keepScale), padded);
-        Relu(yLocal, yLocal, padded);
+        float s = tiling_.scale * tiling_.keepScale;
+        LocalTensor<uint8_t> positive = positiveBuf_.Get<uint8_t>();
+        CompareScalar(positive, xLocal, static_cast<T>(0.0f), s < 0.0f ? CMPMODE::LT : CMPMODE::GT, padded);
+        LocalTensor<uint16_t> keep16 = keep.ReinterpretCast<uint16_t>();
+        And(keep16, keep16, positive.ReinterpretCast<uint16_t>(), padded / 16);
+        Muls(yLocal, xLocal, static_cast<T>(s), padded);
         Select(yLocal, keep, yLocal, static_cast<T>(0.0f), SELMODE::VSEL_TENSOR_SCALAR_MODE, padded);
         outQueueY_.EnQue(yLocal);
         inQueueX_.FreeTensor(xLocal);
@@ -143,7 +156,9 @@ private:
     TQue<TPosition::VECOUT, BUFFER_NUM> outQueueY_;
     TBuf<TPosition::VECCALC> hashBuf_;
     TBuf<TPosition::VECCALC> scratchBuf_;
+    TBuf<TPosition::VECCALC> indexBuf_;
     TBuf<TPosition::VECCALC> keepBuf_;
+    TBuf<TPosition::VECCALC> positiveBuf_;
     GlobalTensor<T> xGm_;
     GlobalTensor<T> yGm_;
     ScaleReluDropoutTiling tiling_;

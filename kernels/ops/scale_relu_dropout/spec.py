@@ -28,18 +28,20 @@ from kernels.targets import TargetProfile
 from tuner.types import Shape, Tiling
 
 #: Blocks are multiples of 16 elements: 32 B for half, and the float/int32 scratch buffers stay
-#: 32 B aligned too. Tiles are multiples of 64: the keep mask is a float compare over whole
-#: 256 B repeats, and a tile's buffers must hold its padded tail.
+#: 32 B aligned too. Tiles are multiples of 128: the keep mask is a float compare and the ReLU
+#: mask a compare of the data over whole 256 B repeats (128 half), and a tile's buffers must hold
+#: its padded tail.
 ALIGN = 16
-TILE_ALIGN = 64
+TILE_ALIGN = 128
 SCALE = 1.7
 DROP_P = 0.1
 SEED = 20260522
 _U32 = 0xFFFFFFFF
-#: Vector calls per tile: 8 int32 for the hash, a cast and a compare for the keep bits, 3 on the
-#: data (scale, relu, select).
-MASK_OPS, DATA_OPS = 10, 3
-VECTOR_OPS_PER_TILE = MASK_OPS + DATA_OPS
+#: Full-tile vector calls per tile: 7 int32 for the hash, a cast and a compare for the keep bits;
+#: 3 on the data (the ReLU compare, scale, select). One more, the AND of the two bit masks,
+#: touches 1/32 of the bytes.
+MASK_OPS, DATA_OPS = 9, 3
+VECTOR_OPS_PER_TILE = MASK_OPS + DATA_OPS + 1
 
 
 def seed_mix(seed: int) -> int:
@@ -47,8 +49,9 @@ def seed_mix(seed: int) -> int:
 
 
 def keep_hash(n: int, seed: int) -> np.ndarray:
-    """The kernel's hash of (seed, index) for indices 0..n-1, uint32 with wrap-around: a multiply,
-    then twice fold the high half down and square."""
+    """The kernel's hash of (seed, index) for indices 0..n-1, uint32 with wrap-around: a multiply
+    (the kernel adds first * HASH_MUL to a tile of i * HASH_MUL, the same product), then twice
+    fold the high half down and square."""
     h = np.arange(n, dtype=np.uint32)
     h += np.uint32(seed_mix(seed))
     h *= np.uint32(0x85EBCA6B)
@@ -109,7 +112,9 @@ class ScaleReluDropout(OpSpec):
         plan += [
             Buffer("hashBuf", "ub", align32(tile * 4)),
             Buffer("scratchBuf", "ub", align32(tile * 4)),
+            Buffer("indexBuf", "ub", align32(tile * 4)),
             Buffer("keepBuf", "ub", align32(tile // 8)),
+            Buffer("positiveBuf", "ub", align32(tile // 8)),
         ]
         return tuple(plan)
 

@@ -38,39 +38,63 @@ inline void CheckCompareCount(const char* what, uint32_t count)
     }
 }
 
-// dst bit i = test(i) for i < count, count a multiple of 64. Bits go 64 at a time into one word,
-// a form the compiler turns into vector compares that write mask registers.
-template <typename Test>
-inline void PackBits(const char* what, const AscendC::LocalTensor<uint8_t>& dst, uint32_t count, Test test)
+#if defined(__clang__)
+template <typename T, int N>
+using VecOf = T __attribute__((ext_vector_type(N)));
+using Bits16 = bool __attribute__((ext_vector_type(16)));  // stored as 16 packed bits
+
+// 16 elements from p as the type they are compared in.
+template <typename T>
+inline auto Lanes16(const T* p)
 {
-    CheckLocal(what, dst, count / 8);
-    uint8_t* d = dst.TwData();
+    VecOf<T, 16> v;
+    std::memcpy(&v, p, sizeof(v));
+    return __builtin_convertvector(v, VecOf<decltype(AsCompared(T{})), 16>);
+}
+#endif
+
+// dst bit i = cmp(a[i], b[i]) (or cmp(a[i], scalar) when b is null) for i < count, a multiple of
+// 64. With clang, 16 lanes are compared as one vector and the result stored as 16 bits (a compare
+// into a mask register and a 16-bit store). The portable form ORs bits into a word, which clang
+// compiled to a horizontal OR reduction per 64 elements: CompareScalar then cost more than an
+// arithmetic pass that reads and writes the tile.
+template <typename T, typename Cmp>
+inline void PackCompare(uint8_t* d, const T* a, const T* b, T scalar, uint32_t count, Cmp cmp)
+{
+#if defined(__clang__)
+    const auto s = AsCompared(scalar);
+    for (uint32_t i = 0; i < count; i += 16) {
+        const Bits16 bits = b != nullptr ? __builtin_convertvector(cmp(Lanes16(a + i), Lanes16(b + i)), Bits16)
+                                         : __builtin_convertvector(cmp(Lanes16(a + i), s), Bits16);
+        std::memcpy(d + i / 8, &bits, 2);
+    }
+#else
     for (uint32_t i = 0; i < count; i += 64) {
         uint64_t word = 0;
-        for (uint32_t j = 0; j < 64; ++j) word |= uint64_t(test(i + j)) << j;
+        for (uint32_t j = 0; j < 64; ++j) {
+            const auto x = AsCompared(a[i + j]);
+            word |= uint64_t(cmp(x, b != nullptr ? AsCompared(b[i + j]) : AsCompared(scalar))) << j;
+        }
         std::memcpy(d + i / 8, &word, 8);  // little-endian host: byte k holds bits 8k .. 8k + 7
     }
+#endif
 }
 
 // The mode is fixed per call: dispatch once, so each loop body is a plain comparison.
-template <typename T, typename Load>
+template <typename T>
 inline void CompareLoop(const char* what, const AscendC::LocalTensor<uint8_t>& dst, AscendC::CMPMODE mode,
-                        uint32_t count, Load pair)
+                        uint32_t count, const T* a, const T* b, T scalar)
 {
     using AscendC::CMPMODE;
-    auto run = [&](auto cmp) {
-        PackBits(what, dst, count, [&](uint32_t i) {
-            auto [a, b] = pair(i);
-            return cmp(a, b);
-        });
-    };
+    CheckLocal(what, dst, count / 8);
+    uint8_t* d = dst.TwData();
     switch (mode) {
-        case CMPMODE::LT: run([](auto a, auto b) { return a < b; }); break;
-        case CMPMODE::GT: run([](auto a, auto b) { return a > b; }); break;
-        case CMPMODE::EQ: run([](auto a, auto b) { return a == b; }); break;
-        case CMPMODE::LE: run([](auto a, auto b) { return a <= b; }); break;
-        case CMPMODE::GE: run([](auto a, auto b) { return a >= b; }); break;
-        case CMPMODE::NE: run([](auto a, auto b) { return a != b; }); break;
+        case CMPMODE::LT: PackCompare(d, a, b, scalar, count, [](auto x, auto y) { return x < y; }); break;
+        case CMPMODE::GT: PackCompare(d, a, b, scalar, count, [](auto x, auto y) { return x > y; }); break;
+        case CMPMODE::EQ: PackCompare(d, a, b, scalar, count, [](auto x, auto y) { return x == y; }); break;
+        case CMPMODE::LE: PackCompare(d, a, b, scalar, count, [](auto x, auto y) { return x <= y; }); break;
+        case CMPMODE::GE: PackCompare(d, a, b, scalar, count, [](auto x, auto y) { return x >= y; }); break;
+        case CMPMODE::NE: PackCompare(d, a, b, scalar, count, [](auto x, auto y) { return x != y; }); break;
         default: Fail(what, ": unknown CMPMODE ", int(mode));
     }
 }
@@ -125,8 +149,7 @@ inline void Compare(const LocalTensor<U>& dst, const LocalTensor<T>& src0, const
     const T* a = src0.TwData();
     const T* b = src1.TwData();
     twin::PumpCheap(uint64_t(count) * 2 * sizeof(T));
-    twin::CompareLoop<T>("Compare", dst, cmpMode, count,
-                         [&](uint32_t i) { return std::pair{twin::AsCompared(a[i]), twin::AsCompared(b[i])}; });
+    twin::CompareLoop<T>("Compare", dst, cmpMode, count, a, b, T(0));
 }
 
 // dst bit i = src0[i] <cmpMode> src1Scalar. half and float; int32 only with EQ (as on A2).
@@ -141,11 +164,8 @@ inline void CompareScalar(const LocalTensor<U>& dst, const LocalTensor<T>& src0,
     }
     twin::CheckCompareCount<T>("CompareScalar", count);
     twin::CheckLocal("CompareScalar", src0, count);
-    const T* a = src0.TwData();
-    const auto s = twin::AsCompared(src1Scalar);
     twin::PumpCheap(uint64_t(count) * sizeof(T));
-    twin::CompareLoop<T>("CompareScalar", dst, cmpMode, count,
-                         [&](uint32_t i) { return std::pair{twin::AsCompared(a[i]), s}; });
+    twin::CompareLoop<T>("CompareScalar", dst, cmpMode, count, src0.TwData(), nullptr, src1Scalar);
 }
 
 // dst[i] = mask bit i ? src0[i] : src1 (VSEL_TENSOR_SCALAR_MODE). half and float.

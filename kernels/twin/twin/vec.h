@@ -93,6 +93,9 @@ constexpr bool kFloating = std::is_same_v<T, float> || std::is_same_v<T, half>;
 template <typename T>
 constexpr bool kInteger = std::is_same_v<T, int32_t> || std::is_same_v<T, uint32_t> ||
                           std::is_same_v<T, int16_t> || std::is_same_v<T, uint16_t>;
+// The bitwise instructions take 16-bit integers only (a 32-bit or mask tensor is reinterpreted).
+template <typename T>
+constexpr bool kBits16 = std::is_same_v<T, int16_t> || std::is_same_v<T, uint16_t>;
 
 }  // namespace twin
 
@@ -113,6 +116,8 @@ TW_BINARY(Mul, a * b, twin::kFloating<T> || twin::kInteger<T>)
 TW_BINARY(Div, a / b, twin::kFloating<T>)
 TW_BINARY(Max, static_cast<T>(a) > static_cast<T>(b) ? a : b, twin::kFloating<T> || twin::kInteger<T>)
 TW_BINARY(Min, static_cast<T>(a) < static_cast<T>(b) ? a : b, twin::kFloating<T> || twin::kInteger<T>)
+TW_BINARY(And, a & b, twin::kBits16<T>)
+TW_BINARY(Or, a | b, twin::kBits16<T>)
 #undef TW_BINARY
 
 // dst = src0 * dst + src1, rounded once (the vector unit's fused multiply-add).

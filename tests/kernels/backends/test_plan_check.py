@@ -69,13 +69,14 @@ def test_analytic_footprint_agrees_with_the_compiler(spec: OpSpec, dtype: str) -
 
 def test_exact_boundary_of_the_elementwise_op() -> None:
     spec, shape = get_op("scale_relu_dropout"), SHAPES["scale_relu_dropout"]
-    # float32, double-buffered: 24 B per element plus a keep bit; tiles are multiples of 64.
-    # 7808 elements = 187392 B + 992 B of bits = 188384 B fits in 188416 B; 7872 does not.
-    fits = Tiling({"tileLength": 7808, "blockDim": 8, "bufferNum": 2})
-    over = fits.replace(tileLength=7872)
+    # float32, double-buffered: 28 B per element (x and y twice, hash, scratch, index) plus two
+    # bit masks (keep, positive); tiles are multiples of 128. 6656 elements = 186368 B + 2 * 832 B
+    # of bits = 188032 B fits in 188416 B; 6784 does not (its masks round up to 864 B each).
+    fits = Tiling({"tileLength": 6656, "blockDim": 8, "bufferNum": 2})
+    over = fits.replace(tileLength=6784)
     assert check_plan(spec, fits, shape, "float32", TARGET).verdict == "fits"
     verdict = check_plan(spec, over, shape, "float32", TARGET)
-    assert verdict.verdict == "overflow" and verdict.required_bytes == 7872 * 24 + 992 + 8192
+    assert verdict.verdict == "overflow" and verdict.required_bytes == 6784 * 28 + 2 * 864 + 8192
 
 
 def test_plan_lists_every_buffer_once() -> None:

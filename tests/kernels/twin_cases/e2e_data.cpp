@@ -27,7 +27,7 @@ constexpr int LAG_M = 70, LAG_N = 50, LAG_K = 40;
 SrdTiling MakeSrd()
 {
     int blockLength = ((SRD_N + SRD_BLOCKS - 1) / SRD_BLOCKS + 15) / 16 * 16;
-    return {SRD_N, blockLength, 64, 1234u * 0x9E3779B9u, 1.5f, 0.25f, 1.0f / 0.75f};
+    return {SRD_N, blockLength, 128, 1234u * 0x9E3779B9u, 1.5f, 0.25f, 1.0f / 0.75f};
 }
 
 LagTiling MakeLag()

@@ -141,6 +141,13 @@ static void IntegerWraparound()
     CHECK(u.GetValue(0) == 0x80000000u, "ShiftLeft");
     Max(d, a, b, N);
     CHECK(d.GetValue(6) == 7 && d.GetValue(0) == INT32_MAX - 5, "signed Max");
+    // Bitwise ops on 16-bit lanes, e.g. over a reinterpreted 32-bit tensor or bit mask.
+    auto x16 = a.ReinterpretCast<uint16_t>(), y16 = b.ReinterpretCast<uint16_t>(), z16 = d.ReinterpretCast<uint16_t>();
+    for (int i = 0; i < N; ++i) { x16.SetValue(i, uint16_t(0xF0F0u + i)); y16.SetValue(i, uint16_t(0x3C3Cu ^ i)); }
+    And(z16, x16, y16, N);
+    for (int i = 0; i < N; ++i) CHECK(z16.GetValue(i) == uint16_t((0xF0F0u + i) & (0x3C3Cu ^ i)), "And %d", i);
+    Or(z16, x16, y16, N);
+    for (int i = 0; i < N; ++i) CHECK(z16.GetValue(i) == uint16_t((0xF0F0u + i) | (0x3C3Cu ^ i)), "Or %d", i);
     Pass("integer_wraparound");
 }
 
