@@ -4,22 +4,26 @@ For every (op, shape) of issue 6, fp32, in one run on this machine:
 
 * ``default_ms`` / ``tuned_ms`` — the kernel on the CPU twin with the op's default tiling and with
   the best tiling of a tune run of ``budget`` evaluations (a throw-away SQLite database; budget 0
-  skips tuning, tuned = default). Each is checked against the reference once, then measured with
-  ``MeasureOptions(warmup=1, repeats=7)``; the median is reported.
+  skips tuning, tuned = default). Checked against the reference at its first launch.
 * ``numpy_ms`` — unfused numpy, one call per original operator (several ufuncs where the
   operator has no single numpy call: GELU, SiLU, LayerNorm), preallocated and in place.
   ``numpy_2t_ms`` — the same for the elementwise chains, split in two halves over two threads.
 * ``torch_eager_ms`` / ``torch_compile_ms`` — when torch is installed (extra ``bench``).
-* ``roofline_ms`` — max(flops / peak FLOP/s, fused GM bytes / bandwidth) with the peak and the
-  bandwidth measured here (see :func:`measure_machine`): the bandwidth of a plain copy that moves
-  as many bytes as the fused kernel (so a working set that stays in the caches is held to cache
-  speed, as a copy of it would be), and never less than the bandwidth of streams far larger than
-  the caches.
+* ``roofline_ms`` — max(flops / peak FLOP/s, fused GM bytes / bandwidth) with the peak measured
+  here at the start (see :func:`measure_machine`) and the bandwidth of a plain copy that moves as
+  many bytes as the fused kernel (so a working set that stays in the caches is held to cache
+  speed, as a copy of it would be), measured in the row's rounds.
+
+Everything a row times is timed in ``ROUNDS`` interleaved rounds: each round measures every
+contender once (a median of ``ROUND_REPEATS`` runs after a warm-up), and a row reports the
+median of its rounds. These machines are shared: a busy minute then slows every contender of
+the row, not the one that happened to be measured during it, and the ratios hold.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import statistics
@@ -45,10 +49,17 @@ from tuner.types import Shape, Tiling
 
 DTYPE = "float32"
 DEFAULT_BUDGET = 20
-KERNEL_MEASURE = MeasureOptions(warmup=1, repeats=7)
 REPEATS = 7
-#: numpy and torch are cheap to repeat; more samples steady their medians.
-BASELINE_REPEATS = 11
+#: Interleaved rounds per row, and runs per contender in a round (after one warm-up run).
+ROUNDS = 5
+ROUND_REPEATS = 3
+#: Seconds between two contenders, for the previous one's thread pool to go idle.
+SETTLE_S = 0.25
+#: Warm-up before a contender's timed runs, in ms of its own runs (the cores' clocks drop
+#: during the pause: a 2 ms kernel timed right after it read up to 1.6x slower).
+WARM_MS = 200.0
+
+Timer = Callable[[int], float | None]  # warm-up runs -> median ms of ROUND_REPEATS runs
 
 #: The shapes of issue 6, item 3.
 SHAPES: dict[str, list[dict[str, int]]] = {
@@ -126,6 +137,8 @@ class Machine:
     how: str
     #: B/s of a copy that moves the given number of bytes; None: ``bandwidth`` for every size.
     stream: Callable[[int], float] | None = None
+    #: The same measured afresh at each call (a row's rounds); None: ``bandwidth_for``.
+    probe: Callable[[int], float] | None = None
 
     def bandwidth_for(self, nbytes: float) -> float:
         """The bandwidth a kernel moving ``nbytes`` is held to: that of a copy of the same size
@@ -134,8 +147,11 @@ class Machine:
             return self.bandwidth
         return max(self.bandwidth, self.stream(int(nbytes)))
 
-    def roofline_ms(self, flops: float, nbytes: float) -> float:
-        return max(flops / self.peak_flops, nbytes / self.bandwidth_for(nbytes)) * 1e3
+    def roofline_ms(self, flops: float, nbytes: float, bandwidth: float | None = None) -> float:
+        """max(compute time, memory time); the memory time at ``bandwidth`` when given (one
+        measured beside the kernel), else at :meth:`bandwidth_for`."""
+        bandwidth = bandwidth or self.bandwidth_for(nbytes)
+        return max(flops / self.peak_flops, nbytes / bandwidth) * 1e3
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -179,11 +195,13 @@ def _stream_bytes_per_s(n: int, pool: ThreadPoolExecutor) -> float:
     return best
 
 
-@lru_cache(maxsize=32)
-def copy_bandwidth(nbytes: int) -> float:
+def probe_bandwidth(nbytes: int) -> float:
     """B/s of the streams of :func:`_stream_bytes_per_s` sized so that a copy moves ``nbytes``."""
     with ThreadPoolExecutor(2) as pool:
         return _stream_bytes_per_s(max(nbytes // 8, 1 << 16), pool)
+
+
+copy_bandwidth = lru_cache(maxsize=32)(probe_bandwidth)
 
 
 def measure_machine(
@@ -204,7 +222,7 @@ def measure_machine(
         "(256 MiB arrays), 1 thread and 2 threads on halves, fastest runs; per kernel the same "
         "streams sized to move the kernel's fused bytes when that is faster (caches)"
     )
-    return Machine(peak, best, how, stream=copy_bandwidth)
+    return Machine(peak, best, how, stream=copy_bandwidth, probe=probe_bandwidth)
 
 
 def machine_info() -> dict[str, Any]:
@@ -442,9 +460,10 @@ def _keep_freed_memory() -> None:
         pass
 
 
-def torch_times(
+def torch_callables(
     spec: OpSpec, shape: Shape, inputs: Mapping[str, np.ndarray], notes: list[str]
-) -> tuple[float | None, float | None]:
+) -> tuple[Fn | None, Fn | None]:
+    """(eager, compiled) calls of the op in torch, compiled already; None where unavailable."""
     try:
         import torch
     except ImportError:
@@ -453,44 +472,91 @@ def torch_times(
     torch.set_num_threads(os.cpu_count() or 1)
     _keep_freed_memory()
     f, args = torch_case(spec, shape, inputs)
-    with torch.inference_mode():
-        eager = median_ms(lambda: f(*args), repeats=BASELINE_REPEATS)
-    compiled_ms = None
+
+    def eager() -> None:
+        with torch.inference_mode():
+            f(*args)
+
+    compiled_call: Fn | None = None
     try:
         compiled: Any = torch.compile(f)
         with torch.inference_mode():
             compiled(*args)  # compile outside the timing
-            compiled_ms = median_ms(lambda: compiled(*args), repeats=BASELINE_REPEATS)
+
+        def compiled_call() -> None:
+            with torch.inference_mode():
+                compiled(*args)
+
     except Exception as exc:  # torch.compile's failures are many and varied
         notes.append(
             f"torch.compile failed: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
         )
-    return eager, compiled_ms
+    return eager, compiled_call
 
 
 # -- the kernels -------------------------------------------------------------------------------
-def kernel_ms(
+def kernel_timer(
     backend: Any, spec: OpSpec, shape: Shape, tiling: Tiling, notes: list[str], label: str
-) -> float | None:
+) -> Timer:
+    """Times the kernel with ``tiling`` (ms), checking its output against the reference the
+    first time; None (and a note) once it failed to build or run."""
     target = twin_target()
     build = backend.build(spec, spec.compile_key(tiling, DTYPE))
     if not build.ok:
         notes.append(f"{label}: build failed: {build.error}")
-        return None
-    run = backend.run(
-        build,
-        spec,
-        shape=shape,
-        dtype=DTYPE,
-        target=target,
-        tiling=tiling,
-        check=True,
-        measure=KERNEL_MEASURE,
-    )
-    if not run.ok or run.median_us is None:
-        notes.append(f"{label}: {run.status}: {run.error}")
-        return None
-    return float(run.median_us) / 1e3
+        return lambda _: None
+    state = {"checked": False, "failed": False}
+
+    def measure(warmup: int) -> float | None:
+        if state["failed"]:
+            return None
+        run = backend.run(
+            build,
+            spec,
+            shape=shape,
+            dtype=DTYPE,
+            target=target,
+            tiling=tiling,
+            check=not state["checked"],
+            measure=MeasureOptions(warmup=warmup, repeats=ROUND_REPEATS, max_seconds=60.0),
+        )
+        state["checked"] = True
+        if not run.ok or run.median_us is None:
+            notes.append(f"{label}: {run.status}: {run.error}")
+            state["failed"] = True
+            return None
+        return float(run.median_us) / 1e3
+
+    return measure
+
+
+def warmups(last_ms: float | None) -> int:
+    """Warm-up runs worth WARM_MS of a contender that last took ``last_ms``."""
+    if not last_ms:
+        return 1
+    return max(1, min(100, math.ceil(WARM_MS / last_ms)))
+
+
+def interleaved(
+    contenders: Mapping[str, Timer], rounds: int, *, settle: float = SETTLE_S
+) -> dict[str, float | None]:
+    """Each contender once per round, in turn; the median over the rounds (None: never ran).
+
+    ``settle`` seconds pass before each contender: numpy's BLAS and torch keep their worker
+    threads spinning for a while after a call (OpenBLAS about 0.1 s), and a contender started
+    meanwhile shares the cores with them (torch eager's 1024^3 matmul read 22.9 ms instead of
+    13 right after numpy's). A first, untimed visit of every contender learns how long it runs
+    (and checks the kernels' output), so that each timed visit starts with WARM_MS of warm-up."""
+    last = {name: measure(1) for name, measure in contenders.items()}
+    samples: dict[str, list[float]] = {name: [] for name in contenders}
+    for _ in range(rounds):
+        for name, measure in contenders.items():
+            time.sleep(settle)
+            value = measure(warmups(last[name]))
+            if value is not None:
+                samples[name].append(value)
+                last[name] = value
+    return {name: statistics.median(v) if v else None for name, v in samples.items()}
 
 
 def tune_best(
@@ -534,6 +600,7 @@ def bench_case(
     budget: int = DEFAULT_BUDGET,
     seed: int = 0,
     with_torch: bool = True,
+    settle: float = SETTLE_S,
     log: Callable[[str], None] = lambda _: None,
 ) -> dict[str, Any]:
     """One row: the kernel with the default and the tuned tiling, and every alternative."""
@@ -551,29 +618,45 @@ def bench_case(
             notes.append("tuning found no tiling that ran; tuned = default")
         else:
             tuned_tiling = best
-    log(f"{op} {shape.key()}: measuring the kernels")
-    default_ms = kernel_ms(backend, spec, shape, default, notes, "default")
-    tuned_ms = (
-        default_ms
-        if tuned_tiling == default
-        else kernel_ms(backend, spec, shape, tuned_tiling, notes, "tuned")
-    )
-
-    log(f"{op} {shape.key()}: numpy and torch")
     inputs = spec.make_inputs(shape, DTYPE, np.random.default_rng(seed))
+    traffic = spec.traffic(shape, DTYPE)
     with ThreadPoolExecutor(2) as pool:
         one, two = numpy_cases(spec, shape, inputs, pool)
-        numpy_ms = median_ms(one, repeats=BASELINE_REPEATS)
-        numpy_2t_ms = median_ms(two, repeats=BASELINE_REPEATS) if two is not None else None
-    eager = compiled = None
-    if with_torch:
-        eager, compiled = torch_times(spec, shape, inputs, notes)
-    else:
-        notes.append("torch skipped")
+        eager, compiled = (None, None)
+        if with_torch:
+            eager, compiled = torch_callables(spec, shape, inputs, notes)
+        else:
+            notes.append("torch skipped")
 
-    traffic = spec.traffic(shape, DTYPE)
-    bandwidth = machine.bandwidth_for(traffic.fused_bytes)
-    roofline = machine.roofline_ms(traffic.flops, traffic.fused_bytes)
+        def timed(fn: Fn | None) -> Timer:
+            if fn is None:
+                return lambda _: None
+            return lambda warmup: median_ms(fn, repeats=ROUND_REPEATS, warmup=warmup)
+
+        contenders = {
+            "default": kernel_timer(backend, spec, shape, default, notes, "default"),
+            "tuned": (
+                kernel_timer(backend, spec, shape, tuned_tiling, notes, "tuned")
+                if tuned_tiling != default
+                else lambda _: None
+            ),
+            "numpy": timed(one),
+            "numpy_2t": timed(two),
+            "torch_eager": timed(eager),
+            "torch_compile": timed(compiled),
+        }
+        probe = machine.probe
+        if probe is not None:
+            contenders["bandwidth"] = lambda _: probe(traffic.fused_bytes)  # best of its runs
+        log(f"{op} {shape.key()}: {ROUNDS} interleaved rounds of {', '.join(contenders)}")
+        got = interleaved(contenders, ROUNDS, settle=settle)
+    default_ms = got["default"]
+    tuned_ms = default_ms if tuned_tiling == default else got["tuned"]
+    numpy_ms, numpy_2t_ms = got["numpy"], got["numpy_2t"]
+    eager_ms, compiled_ms = got["torch_eager"], got["torch_compile"]
+
+    bandwidth = got.get("bandwidth") or machine.bandwidth_for(traffic.fused_bytes)
+    roofline = machine.roofline_ms(traffic.flops, traffic.fused_bytes, bandwidth)
     compute_bound = traffic.flops / machine.peak_flops > traffic.fused_bytes / bandwidth
     row: dict[str, Any] = {
         "op": op,
@@ -583,8 +666,8 @@ def bench_case(
         "tuned_ms": _r(tuned_ms),
         "numpy_ms": _r(numpy_ms),
         "numpy_2t_ms": _r(numpy_2t_ms),
-        "torch_eager_ms": _r(eager),
-        "torch_compile_ms": _r(compiled),
+        "torch_eager_ms": _r(eager_ms),
+        "torch_compile_ms": _r(compiled_ms),
         "roofline_ms": _r(roofline),
         # Beyond the schema of issue 6: what the verdicts need.
         "bound": "compute" if compute_bound else "memory",
@@ -593,7 +676,7 @@ def bench_case(
         "default_tiling": dict(default),
         "tuned_tiling": dict(tuned_tiling),
         "fused_bytes": traffic.fused_bytes,
-        "bandwidth_gbs": round(bandwidth / 1e9, 2),
+        "bandwidth_gbs": round(bandwidth / 1e9, 2),  # what roofline and bw_fraction use
         "flops": traffic.flops,
         "matmul_flops": _matmul_flops(op, shape),
         "notes": notes,
@@ -638,7 +721,7 @@ def goal_fractions(row: Mapping[str, Any], machine: Machine) -> dict[str, Any]:
     if tuned is None:
         return out
     if row["op"] in MEMORY_BOUND:
-        bandwidth = machine.bandwidth_for(row["fused_bytes"])
+        bandwidth = row["bandwidth_gbs"] * 1e9
         out["bw_fraction"] = round(row["fused_bytes"] / (tuned / 1e3) / bandwidth, 3)
     elif row["matmul_flops"]:
         out["peak_fraction"] = round(row["matmul_flops"] / (tuned / 1e3) / machine.peak_flops, 3)

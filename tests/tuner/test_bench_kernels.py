@@ -56,6 +56,7 @@ def test_row_schema_for_a_tiny_shape(tmp_path: Path, budget: int) -> None:
         machine=MACHINE,
         budget=budget,
         with_torch=False,
+        settle=0.0,
     )
     row = json.loads(json.dumps(row))  # JSON-serialisable as printed
     assert set(bk.ROW_KEYS) <= set(row)
@@ -95,3 +96,32 @@ def test_roofline_uses_the_bandwidth_of_a_copy_of_the_same_size_when_faster() ->
     assert machine.roofline_ms(0, 4096) == pytest.approx(4096 / 5e10 * 1e3)
     assert sizes == [4096, 1 << 24, 4096]
     assert MACHINE.bandwidth_for(4096) == 2e10  # no stream: one bandwidth for every size
+
+
+def test_rounds_visit_every_contender_in_turn_and_keep_the_median() -> None:
+    calls: list[tuple[str, int]] = []
+
+    def contender(name: str, values: list[float | None]) -> bk.Timer:
+        left = iter(values)
+
+        def measure(warmup: int) -> float | None:
+            calls.append((name, warmup))
+            return next(left)
+
+        return measure
+
+    got = bk.interleaved(
+        {
+            "a": contender("a", [50.0, 3.0, 1.0, 2.0]),  # the first visit is not timed
+            "b": contender("b", [None, None, 7.0, 5.0]),
+            "c": contender("c", [None, None, None, None]),
+        },
+        rounds=3,
+        settle=0.0,
+    )
+    # A slow moment slows one round of each contender, not one column.
+    assert [name for name, _ in calls] == ["a", "b", "c"] * 4
+    assert got == {"a": 2.0, "b": 6.0, "c": None}
+    # WARM_MS of warm-up, by what the contender last took (one run when not known yet).
+    assert [w for name, w in calls if name == "a"] == [1, 4, 67, 100]
+    assert [w for name, w in calls if name == "b"] == [1, 1, 1, 29]
