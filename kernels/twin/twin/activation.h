@@ -33,12 +33,11 @@ inline void Activation(const char* what, const AscendC::LocalTensor<T>& dst, con
 // activations were two thirds of layernorm_gelu's and swiglu's time on an AVX-512 Zen 4.
 inline float ExpNeg(float z)
 {
-    constexpr float kShifter = 12582912.0f;  // 1.5 * 2^23, as in Exp
     float m = -z;
     m = -87.33654f > m ? -87.33654f : m;
     m = 88.0f < m ? 88.0f : m;
-    const float t = m * 1.44269504088896341f + kShifter;
-    const float n = t - kShifter;
+    const float t = m * 1.44269504088896341f + kExpShifter;
+    const float n = t - kExpShifter;
     const float r = m - n * 0.693359375f + n * 2.12194440e-4f;
     float p = 8.26153066e-3f;
     p = p * r + 4.18987311e-2f;
@@ -46,12 +45,7 @@ inline float ExpNeg(float z)
     p = p * r + 4.99991417e-1f;
     p = p * r + 9.99999523e-1f;
     p = p * r + 1.0f;
-    int32_t bits;
-    std::memcpy(&bits, &t, 4);
-    bits = (bits - 0x4B400000 + 127) << 23;
-    float scale;
-    std::memcpy(&scale, &bits, 4);
-    return p * scale;
+    return p * Pow2OfShifted(t);
 }
 
 // x / (1 + e^(-z)) = x * sigmoid(z), the shape of every activation here. (A division-free

@@ -25,17 +25,29 @@ enum class RoundMode { CAST_NONE = 0, CAST_RINT, CAST_FLOOR, CAST_CEIL, CAST_ROU
 
 namespace twin {
 
+constexpr float kExpShifter = 12582912.0f;  // 1.5 * 2^23: x + kExpShifter keeps round(x) in its low bits
+
+// 2^n for t = kExpShifter + n, n in [-126, 127] (so that 2^n is a normal float).
+inline float Pow2OfShifted(float t)
+{
+    int32_t bits;
+    std::memcpy(&bits, &t, 4);
+    bits = (bits - 0x4B400000 + 127) << 23;
+    float scale;
+    std::memcpy(&scale, &bits, 4);
+    return scale;
+}
+
 // expf to about 2 ulp (Cephes polynomial); branch-free so that loops calling it vectorize.
 // Inputs are clamped to [-87.33654, 88.72283], so results are normal floats: exp(-inf) gives
-// 2^-126, exp(+inf) 3.4e38; NaN stays NaN. n = round(x / ln2) comes from the 1.5 * 2^23 shifter
-// (its low mantissa bits are n), capped at 127 so that 2^n is a normal float.
+// 2^-126, exp(+inf) 3.4e38; NaN stays NaN. n = round(x / ln2) comes from the shifter, capped at
+// 127 so that 2^n is a normal float.
 inline float Exp(float x)
 {
-    constexpr float kShifter = 12582912.0f;  // 1.5 * 2^23
     x = x < -87.33654f ? -87.33654f : (x > 88.72283f ? 88.72283f : x);
-    float t = x * 1.44269504088896341f + kShifter;
-    t = t > kShifter + 127.0f ? kShifter + 127.0f : t;
-    const float n = t - kShifter;
+    float t = x * 1.44269504088896341f + kExpShifter;
+    t = t > kExpShifter + 127.0f ? kExpShifter + 127.0f : t;
+    const float n = t - kExpShifter;
     const float r = x - n * 0.693359375f + n * 2.12194440e-4f;
     float p = 1.9875691500e-4f;
     p = p * r + 1.3981999507e-3f;
@@ -44,12 +56,7 @@ inline float Exp(float x)
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     p = p * r * r + r + 1.0f;
-    int32_t bits;
-    std::memcpy(&bits, &t, 4);
-    bits = (bits - 0x4B400000 + 127) << 23;  // t = 1.5 * 2^23 + n
-    float scale;
-    std::memcpy(&scale, &bits, 4);
-    return p * scale;
+    return p * Pow2OfShifted(t);
 }
 
 template <typename T>
