@@ -539,8 +539,8 @@ def warmups(last_ms: float | None) -> int:
 
 def interleaved(
     contenders: Mapping[str, Timer], rounds: int, *, settle: float = SETTLE_S
-) -> dict[str, float | None]:
-    """Each contender once per round, in turn; the median over the rounds (None: never ran).
+) -> dict[str, list[float]]:
+    """Each contender once per round, in turn; its values, a round each (empty: never ran).
 
     ``settle`` seconds pass before each contender: numpy's BLAS and torch keep their worker
     threads spinning for a while after a call (OpenBLAS about 0.1 s), and a contender started
@@ -556,7 +556,16 @@ def interleaved(
             if value is not None:
                 samples[name].append(value)
                 last[name] = value
-    return {name: statistics.median(v) if v else None for name, v in samples.items()}
+    return samples
+
+
+def spread(values: list[float]) -> float | None:
+    """Interquartile range over the median of a contender's rounds: how much the machine moved
+    it during the row (the RunResult.spread of a tuning record, over rounds)."""
+    if len(values) < 2:
+        return None
+    q = statistics.quantiles(values, n=4, method="inclusive")
+    return round((q[2] - q[0]) / statistics.median(values), 3)
 
 
 def tune_best(
@@ -649,7 +658,8 @@ def bench_case(
         if probe is not None:
             contenders["bandwidth"] = lambda _: probe(traffic.fused_bytes)  # best of its runs
         log(f"{op} {shape.key()}: {ROUNDS} interleaved rounds of {', '.join(contenders)}")
-        got = interleaved(contenders, ROUNDS, settle=settle)
+        rounds = interleaved(contenders, ROUNDS, settle=settle)
+    got = {name: statistics.median(v) if v else None for name, v in rounds.items()}
     default_ms = got["default"]
     tuned_ms = default_ms if tuned_tiling == default else got["tuned"]
     numpy_ms, numpy_2t_ms = got["numpy"], got["numpy_2t"]
@@ -679,6 +689,8 @@ def bench_case(
         "bandwidth_gbs": round(bandwidth / 1e9, 2),  # what roofline and bw_fraction use
         "flops": traffic.flops,
         "matmul_flops": _matmul_flops(op, shape),
+        "rounds": ROUNDS,
+        "spread": {name: spread(v) for name, v in rounds.items() if v},
         "notes": notes,
     }
     row.update(goal_fractions(row, machine))

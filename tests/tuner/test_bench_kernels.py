@@ -73,6 +73,7 @@ def test_row_schema_for_a_tiny_shape(tmp_path: Path, budget: int) -> None:
     else:
         assert row["tuned_ms"] <= row["default_ms"] and row["tune"]["evaluations"] >= 1
     assert row["bound"] == "memory" and row["bw_fraction"] is not None
+    assert row["rounds"] == bk.ROUNDS and row["spread"]["default"] == 0.0  # the stub never moves
     assert row["roofline_ms"] == pytest.approx(2 * 4096 * 4 / 2e10 * 1e3, rel=1e-2)
 
 
@@ -121,7 +122,10 @@ def test_rounds_visit_every_contender_in_turn_and_keep_the_median() -> None:
     )
     # A slow moment slows one round of each contender, not one column.
     assert [name for name, _ in calls] == ["a", "b", "c"] * 4
-    assert got == {"a": 2.0, "b": 6.0, "c": None}
+    assert got == {"a": [3.0, 1.0, 2.0], "b": [7.0, 5.0], "c": []}
+    # inclusive quartiles: 1.5 and 2.5 around 2; 5.5 and 6.5 around 6
+    assert bk.spread(got["a"]) == 0.5 and bk.spread(got["b"]) == pytest.approx(1 / 6, abs=1e-3)
+    assert bk.spread([4.0]) is None
     # WARM_MS of warm-up, by what the contender last took (one run when not known yet).
     assert [w for name, w in calls if name == "a"] == [1, 4, 67, 100]
     assert [w for name, w in calls if name == "b"] == [1, 1, 1, 29]
