@@ -8,7 +8,6 @@
 #pragma once
 
 #include <cstring>
-#include <utility>
 #include <type_traits>
 
 #include "tensor.h"
