@@ -55,8 +55,8 @@ ROUNDS = 5
 ROUND_REPEATS = 3
 #: Seconds between two contenders, for the previous one's thread pool to go idle.
 SETTLE_S = 0.25
-#: Warm-up before a contender's timed runs, in ms of its own runs (the cores' clocks drop
-#: during the pause: a 2 ms kernel timed right after it read up to 1.6x slower).
+#: Warm-up before a contender's timed runs, in ms of its own runs rather than a count: one run
+#: of the shortest kernels is 2 ms, too little to refill the caches the previous contender used.
 WARM_MS = 200.0
 
 Timer = Callable[[int], float | None]  # warm-up runs -> median ms of ROUND_REPEATS runs
