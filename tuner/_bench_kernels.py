@@ -41,7 +41,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from kernels.backends import MeasureOptions
+from kernels.backends import MeasureOptions, RunResult
 from kernels.ops import OpSpec, get_op
 from kernels.targets import twin_target
 from tuner.settings import Settings
@@ -50,7 +50,7 @@ from tuner.types import Shape, Tiling
 DTYPE = "float32"
 DEFAULT_BUDGET = 20
 REPEATS = 7
-#: Interleaved rounds per row, and runs per contender in a round (after one warm-up run).
+#: Interleaved rounds per row, and timed runs per contender in a round (after its warm-up).
 ROUNDS = 5
 ROUND_REPEATS = 3
 #: Seconds between two contenders, for the previous one's thread pool to go idle.
@@ -561,12 +561,12 @@ def interleaved(
 
 
 def spread(values: list[float]) -> float | None:
-    """Interquartile range over the median of a contender's rounds: how much the machine moved
-    it during the row (the RunResult.spread of a tuning record, over rounds)."""
+    """Interquartile range over the median of a contender's rounds (RunResult.spread, as a
+    tuning record states it): how much the machine moved it during the row."""
     if len(values) < 2:
         return None
-    q = statistics.quantiles(values, n=4, method="inclusive")
-    return round((q[2] - q[0]) / statistics.median(values), 3)
+    pooled = RunResult("ok", tuple(values)).spread
+    return None if pooled is None else round(pooled, 3)
 
 
 def tune_best(
