@@ -219,6 +219,11 @@ def tune(
         f"{p.rejected_static} rejected before compiling, {p.rejected_build} after building, "
         f"{p.failed} failed, {result.seconds:.1f} s"
     )
+    if result.default and result.best.tiling == result.default.tiling and p.evaluations > 1:
+        out.print(
+            "no tiling beat the default beyond the noise of the final side-by-side re-measure: "
+            "the default tiling is kept"
+        )
     if p.screened:
         out.print(
             f"the strategy proposed only tilings that pass the static check: it screened out "

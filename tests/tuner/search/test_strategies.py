@@ -275,6 +275,49 @@ def test_the_final_remeasure_shares_a_busy_moment_among_the_contenders(tmp_path:
     db.close()
 
 
+class FlatBackend(LatencyBackend):
+    """Every tiling takes 100 us except the default, ``factor`` times that; each run reads
+    0.9, 1 and 1.1 times its latency, as a shared machine spreads a kernel's runs."""
+
+    def __init__(self, default: Tiling, factor: float) -> None:
+        super().__init__()
+        self.default, self.factor = default, factor
+
+    def run(self, build: BuildResult, spec: OpSpec, **kw: Any) -> RunResult:
+        latency = 100.0 * (self.factor if kw["tiling"] == self.default else 1.0)
+        return RunResult("ok", (0.9 * latency, latency, 1.1 * latency))
+
+
+@pytest.mark.parametrize("factor", [1.005, 1.2])
+def test_a_tiling_replaces_the_default_only_when_faster_beyond_the_noise(
+    tmp_path: Path, factor: float
+) -> None:
+    settings = Settings(db_url="sqlite://", cache_dir=tmp_path / "c", remeasure_top=2)
+    db = store.open_store(settings.db_url)
+    spec, shape = get_op("scale_relu_dropout"), Shape({"N": 1 << 18})
+    default = spec.default_tiling(shape, "float32", twin_target())
+    tuner = make_tuner(db, FlatBackend(default, factor), settings, 1 << 18)
+    result = tuner.run(Budget(6), seed=0)
+    assert result.best is not None and result.default is not None
+    with db.session() as s:
+        remeasured = {
+            r.tiling_key: r.latency_us
+            for r in store.records_for(s, workload_id=tuner.workload_id)
+            if r.source == "remeasure"
+        }
+    # Other tilings were re-measured beside the default, and read faster by their medians.
+    assert remeasured[default.key()] == pytest.approx(100.0 * factor)
+    assert min(remeasured.values()) == pytest.approx(100.0) and len(remeasured) >= 2
+    if factor < 1.1:  # 0.5%, inside the runs' 20% spread: not a winner
+        assert result.best.tiling == default and result.speedup == 1.0
+    else:
+        assert result.best.tiling != default and result.speedup == pytest.approx(factor)
+    with db.session() as s:
+        stored = store.get_tiling(s, workload_id=tuner.workload_id)
+    assert stored is not None and Tiling(stored.tiling) == result.best.tiling
+    db.close()
+
+
 def test_shape_distance() -> None:
     assert shape_distance(Shape({"N": 1024}), Shape({"N": 4096})) == 2
     assert shape_distance(Shape({"N": 1}), Shape({"M": 1})) == math.inf
