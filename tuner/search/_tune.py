@@ -35,6 +35,7 @@ from typing import Any
 
 import optuna
 import sqlalchemy.exc
+from threadpoolctl import threadpool_limits
 
 from kernels.backends import Backend, BuildLimits, BuildResult, MeasureOptions, RunResult
 from kernels.ops import Check, OpSpec
@@ -53,6 +54,8 @@ log = logging.getLogger(__name__)
 NO_TIME = math.inf
 #: The final re-measure visits every contender this many times, in turn (see finish).
 REMEASURE_ROUNDS = 3
+#: Seconds of launches, discarded, before the final re-measure's first round (see there).
+REMEASURE_WARM_S = 0.3
 #: The fastest contender replaces the default tiling only when a one-sided Mann-Whitney test
 #: says its re-measured times are smaller at this level (see beats_default).
 BEATS_DEFAULT_P = 0.05
@@ -360,6 +363,22 @@ class Tuner:
         Raises:
             StoreError: the database (the records' or the Optuna study's) cannot be reached.
         """
+        # The host's cores belong to the kernels being timed. After each call, the BLAS of numpy
+        # and scipy keeps its worker threads spinning for a while (OpenBLAS: about 0.1 s), so a
+        # launch right after a surrogate's fit shared the cores with them: the final re-measure's
+        # first round often read 2x slow, and so did measurements during the search. The
+        # matrices here are tiny (one row per evaluation): one thread is enough.
+        with threadpool_limits(limits=1):
+            return self._run(budget, seed, on_progress, should_stop, finish)
+
+    def _run(
+        self,
+        budget: Budget,
+        seed: int | None,
+        on_progress: Callable[[Progress], None] | None,
+        should_stop: Callable[[], bool] | None,
+        finish: bool,
+    ) -> TuneResult:
         started = time.monotonic()
         progress = Progress(budget=budget.evaluations)
         earlier = [o.latency_us for o in self._seen.values() if o.latency_us is not None]
@@ -542,6 +561,21 @@ class Tuner:
             self.measure.max_seconds / REMEASURE_ROUNDS,
         )
         samples: dict[str, list[float]] = {key: [] for key in contenders}
+        # While the search fitted its surrogates one core sat idle, and a vCPU of these VMs
+        # takes a few tens of ms to get its host core back: the first round's first runs read
+        # up to 2x slow (perf showed one CPU's samples missing then). A warm-up of launches
+        # brings both cores back before anything counts.
+        first = next(iter(contenders))
+        self.backend.run(
+            self._build(contenders[first]),
+            self.spec,
+            shape=self.shape,
+            dtype=self.dtype,
+            target=self.target,
+            tiling=contenders[first],
+            check=False,
+            measure=MeasureOptions(0, 1_000_000, REMEASURE_WARM_S),
+        )
         for _ in range(REMEASURE_ROUNDS):
             for key in list(samples):
                 run = self.backend.run(

@@ -256,9 +256,10 @@ class BusyStartBackend(LatencyBackend):
 def test_the_final_remeasure_shares_a_busy_moment_among_the_contenders(tmp_path: Path) -> None:
     settings = Settings(db_url="sqlite://", cache_dir=tmp_path / "c", remeasure_top=2)
     db = store.open_store(settings.db_url)
-    # The first run of the re-measure reads twice as slow. Measured one after the other, the
-    # first contender's median would double; in rounds it is one slow round of three.
-    tuner = make_tuner(db, BusyStartBackend(busy=1), settings, 1 << 18)
+    # The first two runs of the re-measure (its warm-up and the first contender's first
+    # round) read twice as slow. Measured one after the other, the first contender's median
+    # would double; in rounds it is one slow round of three.
+    tuner = make_tuner(db, BusyStartBackend(busy=2), settings, 1 << 18)
     result = tuner.run(Budget(8), seed=0)
     assert result.best is not None and result.default is not None
     with db.session() as s:
