@@ -316,16 +316,7 @@ class Tuner:
             )
             return self._record(tiling, Outcome("infeasible", None, over), error=reason, **fields)
 
-        run = self.backend.run(
-            build,
-            self.spec,
-            shape=self.shape,
-            dtype=self.dtype,
-            target=self.target,
-            tiling=tiling,
-            check=True,
-            measure=self.measure,
-        )
+        run = self._launch(build, tiling, check=True, measure=self.measure)
         progress.evaluations += 1
         if not run.ok:
             progress.failed += 1
@@ -548,6 +539,20 @@ class Tuner:
             for other in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
         )
 
+    def _launch(
+        self, build: BuildResult, tiling: Tiling, *, check: bool, measure: MeasureOptions
+    ) -> RunResult:
+        return self.backend.run(
+            build,
+            self.spec,
+            shape=self.shape,
+            dtype=self.dtype,
+            target=self.target,
+            tiling=tiling,
+            check=check,
+            measure=measure,
+        )
+
     def _interleaved_samples(self, contenders: Mapping[str, Tiling]) -> dict[str, list[float]]:
         """Samples of every contender, taken in REMEASURE_ROUNDS rounds that visit each in turn.
 
@@ -560,38 +565,23 @@ class Tuner:
             max(1, math.ceil(self.measure.repeats / REMEASURE_ROUNDS)),
             self.measure.max_seconds / REMEASURE_ROUNDS,
         )
-        samples: dict[str, list[float]] = {key: [] for key in contenders}
+
+        def run(tiling: Tiling, measure: MeasureOptions) -> RunResult:
+            return self._launch(self._build(tiling), tiling, check=False, measure=measure)
+
         # While the search fitted its surrogates one core sat idle, and a vCPU of these VMs
         # takes a few tens of ms to get its host core back: the first round's first runs read
         # up to 2x slow (perf showed one CPU's samples missing then). A warm-up of launches
         # brings both cores back before anything counts.
-        first = next(iter(contenders))
-        self.backend.run(
-            self._build(contenders[first]),
-            self.spec,
-            shape=self.shape,
-            dtype=self.dtype,
-            target=self.target,
-            tiling=contenders[first],
-            check=False,
-            measure=MeasureOptions(0, 1_000_000, REMEASURE_WARM_S),
-        )
+        run(next(iter(contenders.values())), MeasureOptions(0, 1_000_000, REMEASURE_WARM_S))
+        samples: dict[str, list[float]] = {key: [] for key in contenders}
         for _ in range(REMEASURE_ROUNDS):
             for key in list(samples):
-                run = self.backend.run(
-                    self._build(contenders[key]),
-                    self.spec,
-                    shape=self.shape,
-                    dtype=self.dtype,
-                    target=self.target,
-                    tiling=contenders[key],
-                    check=False,
-                    measure=per_round,
-                )
-                if not run.ok or not run.samples_us:
+                result = run(contenders[key], per_round)
+                if not result.ok or not result.samples_us:
                     del samples[key]
                     continue
-                samples[key].extend(run.samples_us)
+                samples[key].extend(result.samples_us)
         return samples
 
     def finish(self, default: Tiling) -> tuple[Measured | None, Measured | None]:
