@@ -68,6 +68,13 @@ class Settings(BaseSettings):
     runner_threads: int = Field(default=0, ge=0, description="0 = one per host core.")
     run_timeout_s: float = Field(default=60.0, gt=0, description="A launch slower is a hang.")
     warmup: int = Field(default=1, ge=0)
+    warmup_s: float = Field(
+        default=0.1,
+        ge=0,
+        le=10,
+        description="Seconds of discarded launches before each measurement on the twin: a "
+        "host core that sat idle while the tuner fitted its surrogates comes back to full speed.",
+    )
     repeats: int = Field(default=7, ge=1)
     max_measure_s: float = Field(default=2.0, gt=0, description="Stop repeating after this.")
     remeasure_top: int = Field(default=3, ge=0, description="Best tilings re-measured at the end.")

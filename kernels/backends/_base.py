@@ -73,6 +73,11 @@ class MeasureOptions:
     warmup: int = 1
     repeats: int = 7
     max_seconds: float = 2.0
+    #: Seconds of launches, discarded, before the warm-up runs. On the twin's host a core that
+    #: sat idle for 0.1 s (while the tuner fitted its surrogates) can take up to ~85 ms to
+    #: run at full speed again, and a short measurement taken then reads up to 2x slow. The
+    #: device's own timing does not depend on the host's cores: the Ascend backend ignores it.
+    warmup_s: float = 0.0
 
 
 @dataclass(frozen=True)

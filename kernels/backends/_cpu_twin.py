@@ -297,6 +297,10 @@ class CpuTwinBackend(Backend):
                 if not outcome.ok:
                     return RunResult("wrong", error=outcome.detail, max_error=outcome.max_error)
                 max_error = outcome.max_error
+            if measure.warmup_s > 0:
+                warm = launch(0, 1_000_000, measure.warmup_s, checked=False)
+                if not warm["ok"]:
+                    return RunResult("crashed", error=warm["error"])
             answer = launch(measure.warmup, measure.repeats, measure.max_seconds, checked=False)
         except RunnerTimeout as exc:
             return RunResult("timeout", error=str(exc))

@@ -191,7 +191,9 @@ class Tuner:
         self.strategy = strategy
         self.workload = Workload(spec.name, spec.version, target.name, dtype, shape)
         self.tunables = spec.tunables(shape, dtype, target)
-        self.measure = MeasureOptions(settings.warmup, settings.repeats, settings.max_measure_s)
+        self.measure = MeasureOptions(
+            settings.warmup, settings.repeats, settings.max_measure_s, settings.warmup_s
+        )
         self.limits = BuildLimits(settings.max_loop_spills, settings.max_stack_bytes)
         self.env = {**backend.environment(), "target": target.name}
         self._builds: dict[str, BuildResult] = {}

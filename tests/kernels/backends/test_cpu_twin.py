@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -124,6 +125,39 @@ def test_builds_are_cached_and_report_spills_and_stack(backend: CpuTwinBackend) 
         assert first.violations(strict)["spills"] > 0
     tiny_stack = BuildLimits(max_loop_spills=1 << 20, max_stack_bytes=1)
     assert first.violations(tiny_stack)["stack"] > 0
+
+
+def test_warmup_seconds_launch_the_kernel_that_long_before_the_timed_runs(
+    backend: CpuTwinBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec, target = get_op("scale_relu_dropout"), twin_target()
+    shape = Shape({"N": 1 << 16})
+    tiling = spec.default_tiling(shape, "float32", target)
+    build = backend.build(spec, spec.compile_key(tiling, "float32"))
+    heads: list[list[str]] = []
+    launch = backend._launch
+
+    def spy(build: object, problem: object, head: list[str], timeout: float) -> object:
+        heads.append(head)
+        return launch(build, problem, head, timeout)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(backend, "_launch", spy)
+    started = time.perf_counter()
+    run = backend.run(
+        build,
+        spec,
+        shape=shape,
+        dtype="float32",
+        target=target,
+        tiling=tiling,
+        check=False,
+        measure=MeasureOptions(warmup=1, repeats=3, max_seconds=1.0, warmup_s=0.2),
+    )
+    assert run.ok and len(run.samples_us) == 3
+    # head: block_dim, warmup, repeats, seconds, ...: launches until 0.2 s have passed, then
+    # the timed launch with its own warm-up count.
+    assert [h[1:4] for h in heads] == [["0", "1000000", "0.200"], ["1", "3", "1.000"]]
+    assert time.perf_counter() - started >= 0.2
 
 
 def test_wrong_answer_is_caught(backend: CpuTwinBackend, monkeypatch: pytest.MonkeyPatch) -> None:
