@@ -357,10 +357,9 @@ class Tuner:
             StoreError: the database (the records' or the Optuna study's) cannot be reached.
         """
         # The host's cores belong to the kernels being timed. After each call, the BLAS of numpy
-        # and scipy keeps its worker threads spinning for a while (OpenBLAS: about 0.1 s), so a
-        # launch right after a surrogate's fit shared the cores with them: the final re-measure's
-        # first round often read 2x slow, and so did measurements during the search. The
-        # matrices here are tiny (one row per evaluation): one thread is enough.
+        # and scipy keeps its worker threads spinning for a while (OpenBLAS: about 0.1 s): in a
+        # profile of one tune they took 7% of all samples, some of them while a kernel was
+        # timed. The matrices here are tiny (one row per evaluation): one thread is enough.
         with threadpool_limits(limits=1):
             return self._run(budget, seed, on_progress, should_stop, finish)
 
