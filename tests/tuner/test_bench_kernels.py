@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 from pathlib import Path
 
@@ -129,3 +130,10 @@ def test_rounds_visit_every_contender_in_turn_and_keep_the_median() -> None:
     # WARM_MS of warm-up, by what the contender last took (one run when not known yet).
     assert [w for name, w in calls if name == "a"] == [1, 4, 67, 100]
     assert [w for name, w in calls if name == "b"] == [1, 1, 1, 29]
+
+
+def test_the_cli_default_budget_is_the_benchmarks() -> None:
+    # The CLI spells the default out (its start-up must not import numpy): keep the two equal.
+    from tuner._cli_bench import kernels
+
+    assert inspect.signature(kernels).parameters["budget"].default == bk.DEFAULT_BUDGET
