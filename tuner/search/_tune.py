@@ -615,19 +615,20 @@ class Tuner:
             latencies[key] = (median, rec.record_id or 0)
         if not latencies:
             return None, None
-        best_key = min(latencies, key=lambda k: latencies[k][0])
-        if default.key() in samples and not beats_default(
-            samples[best_key], samples[default.key()]
+        best_key, default_key = min(latencies, key=lambda k: latencies[k][0]), default.key()
+        if (
+            best_key != default_key
+            and default_key in samples
+            and not beats_default(samples[best_key], samples[default_key])
         ):
-            if best_key != default.key():
-                log.info(
-                    "%s: kept the default tiling: the fastest contender (%.1f us against "
-                    "%.1f us) was not faster beyond the noise of the re-measure",
-                    self.workload.study_name,
-                    latencies[best_key][0],
-                    latencies[default.key()][0],
-                )
-            best_key = default.key()
+            log.info(
+                "%s: kept the default tiling: the fastest contender (%.1f us against %.1f us) "
+                "was not faster beyond the noise of the re-measure",
+                self.workload.study_name,
+                latencies[best_key][0],
+                latencies[default_key][0],
+            )
+            best_key = default_key
         best = Measured(contenders[best_key], latencies[best_key][0])
         default_measured = (
             Measured(default, latencies[default.key()][0]) if default.key() in latencies else None
@@ -660,9 +661,9 @@ def beats_default(candidate: list[float], default: list[float]) -> bool:
     measurement does not show (a tuned tiling that then reads slower than the default). So a
     contender must be faster in a one-sided Mann-Whitney test at ``BEATS_DEFAULT_P``: with the
     default settings' 9 samples each (3 rounds of 3), times that all lie below the default's
-    pass easily (p = 2e-5), two overlapping sets do not. The default never beats itself.
+    pass easily (p = 2e-5), two overlapping sets do not.
     """
-    if candidate is default or not candidate or not default:
+    if not candidate or not default:
         return False
     from scipy.stats import mannwhitneyu  # scikit-learn's dependency; slow to import
 
