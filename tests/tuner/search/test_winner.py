@@ -1,0 +1,249 @@
+"""The final re-measure's winner selection (``Tuner.finish``) and its test against the default
+(``beats_default``), branch by branch, with a backend whose every timing is scripted."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kernels.backends import Backend, BuildResult, RunResult
+from kernels.ops import OpSpec, get_op
+from kernels.targets import twin_target
+from tuner import store
+from tuner.search import Progress, Tuner
+from tuner.search._tune import beats_default
+from tuner.settings import Settings
+from tuner.types import Shape, Tiling
+
+SPEC = get_op("scale_relu_dropout")
+SHAPE = Shape({"N": 1 << 18})
+DEFAULT = SPEC.default_tiling(SHAPE, "float32", twin_target())
+# Two other valid tilings, A and B: the default with another tile length.
+A, B = [
+    t
+    for t in (
+        DEFAULT.replace(tileLength=v)
+        for v in (DEFAULT["tileLength"] // 2, DEFAULT["tileLength"] // 4)
+    )
+    if SPEC.valid(t, SHAPE, "float32", twin_target())
+]
+
+
+def _spread(median: float) -> tuple[float, ...]:
+    """Three runs of one round: ±2% around the median."""
+    return (0.98 * median, median, 1.02 * median)
+
+
+class ScriptedBackend(Backend):
+    """Search runs (checked) take ``search[tiling]``; re-measure runs (unchecked) take
+    ``remeasure[tiling]`` per round. A tiling in ``crash_after`` crashes once it has had that
+    many unchecked runs (the re-measure's warm-up counts for the first contender)."""
+
+    name = "scripted"
+
+    def __init__(
+        self,
+        search: Mapping[Tiling, float | None],
+        remeasure: Mapping[Tiling, Sequence[float]],
+        crash_after: Mapping[Tiling, int] | None = None,
+    ) -> None:
+        self.search, self.remeasure = dict(search), dict(remeasure)
+        self.crash_after = dict(crash_after or {})
+        self.unchecked: Counter[Tiling] = Counter()
+
+    def build(self, spec: OpSpec, defines: dict[str, str]) -> BuildResult:
+        return BuildResult(ok=True, key="k", artifact=Path("/nonexistent"), spills=0)
+
+    def run(
+        self, build: BuildResult, spec: OpSpec, *, tiling: Tiling, check: bool, **_: Any
+    ) -> RunResult:
+        if check:
+            latency = self.search[tiling]
+            return (
+                RunResult("crashed", error="boom")
+                if latency is None
+                else RunResult("ok", _spread(latency))
+            )
+        self.unchecked[tiling] += 1
+        if self.unchecked[tiling] > self.crash_after.get(tiling, 1_000):
+            return RunResult("crashed", error="boom")
+        return RunResult("ok", tuple(self.remeasure[tiling]))
+
+
+def _finish(
+    tmp_path: Path,
+    backend: ScriptedBackend,
+    *,
+    top: int = 2,
+) -> tuple[Any, Any, store.Store, int]:
+    """Evaluate every tiling of ``backend.search`` as the search would, then finish with a new
+    tuner on the same database (as a resumed worker does); the result, the store, the id."""
+    settings = Settings(
+        db_url=f"sqlite:///{tmp_path / 'db' / 'tw.db'}", cache_dir=tmp_path / "c", remeasure_top=top
+    )
+    db = store.open_store(settings.db_url)
+
+    def tuner() -> Tuner:
+        return Tuner(
+            spec=SPEC, shape=SHAPE, dtype="float32", target=twin_target(), backend=backend,
+            db=db, settings=settings,
+        )  # fmt: skip
+
+    searching = tuner()
+    for tiling in backend.search:
+        source = "default" if tiling == DEFAULT else "search"
+        searching.evaluate(tiling, source=source, progress=Progress(budget=10))
+    finishing = tuner()
+    best, default = finishing.finish(DEFAULT)
+    return best, default, db, finishing.workload_id
+
+
+def _stored(db: store.Store, workload_id: int) -> Any:
+    with db.session() as s:
+        return store.get_tiling(s, workload_id=workload_id)
+
+
+def _record(db: store.Store, workload_id: int, record_id: int) -> Any:
+    with db.session() as s:
+        [record] = [r for r in store.records_for(s, workload_id=workload_id) if r.id == record_id]
+        return record
+
+
+def _remeasured(db: store.Store, workload_id: int) -> dict[Tiling, float | None]:
+    with db.session() as s:
+        return {
+            Tiling(r.tiling): r.latency_us
+            for r in store.records_for(s, workload_id=workload_id)
+            if r.source == "remeasure"
+        }
+
+
+def test_the_default_is_stored_when_it_wins_the_remeasure(tmp_path: Path) -> None:
+    """The search saw A and B faster; side by side the default is fastest. Storing the
+    runner-up (A) instead would report a speedup that is not there."""
+    backend = ScriptedBackend(
+        search={DEFAULT: 100.0, A: 50.0, B: 60.0},
+        remeasure={DEFAULT: _spread(40.0), A: _spread(41.0), B: _spread(55.0)},
+    )
+    best, default, db, wid = _finish(tmp_path, backend)
+    assert best.tiling == DEFAULT and default.tiling == DEFAULT
+    assert best.latency_us == default.latency_us == 40.0
+    stored = _stored(db, wid)
+    assert Tiling(stored.tiling) == DEFAULT
+    assert (stored.latency_us, stored.default_latency_us, stored.speedup) == (40.0, 40.0, 1.0)
+    assert _remeasured(db, wid) == {DEFAULT: 40.0, A: 41.0, B: 55.0}
+    db.close()
+
+
+def test_a_contender_faster_beyond_noise_replaces_the_default(tmp_path: Path) -> None:
+    backend = ScriptedBackend(
+        search={DEFAULT: 100.0, A: 50.0, B: 60.0},
+        remeasure={DEFAULT: _spread(100.0), A: _spread(50.0), B: _spread(55.0)},
+    )
+    best, default, db, wid = _finish(tmp_path, backend)
+    assert best.tiling == A and (best.latency_us, default.latency_us) == (50.0, 100.0)
+    stored = _stored(db, wid)
+    assert Tiling(stored.tiling) == A
+    assert (stored.latency_us, stored.default_latency_us, stored.speedup) == (50.0, 100.0, 2.0)
+    record = _record(db, wid, stored.record_id)
+    assert record.source == "remeasure" and Tiling(record.tiling) == A
+    db.close()
+
+
+def test_the_default_is_kept_when_the_fastest_is_within_noise(tmp_path: Path) -> None:
+    """A's median is lower, but its runs overlap the default's: the default stays."""
+    backend = ScriptedBackend(
+        search={DEFAULT: 100.0, A: 90.0},
+        remeasure={DEFAULT: (99.0, 100.5, 102.0), A: (98.0, 100.0, 103.0)},
+    )
+    best, default, db, wid = _finish(tmp_path, backend, top=1)
+    assert best.tiling == DEFAULT and best.latency_us == default.latency_us == 100.5
+    stored = _stored(db, wid)
+    assert Tiling(stored.tiling) == DEFAULT and stored.speedup == 1.0
+    record = _record(db, wid, stored.record_id)
+    assert record.source == "remeasure" and Tiling(record.tiling) == DEFAULT
+    db.close()
+
+
+def test_a_contender_that_fails_during_the_remeasure_drops_out(tmp_path: Path) -> None:
+    """A is the fastest but crashes in the second round (its first unchecked run is the
+    warm-up): B, which beats the default, is stored."""
+    backend = ScriptedBackend(
+        search={DEFAULT: 100.0, A: 40.0, B: 60.0},
+        remeasure={DEFAULT: _spread(100.0), A: _spread(30.0), B: _spread(60.0)},
+        crash_after={A: 2},
+    )
+    best, default, db, wid = _finish(tmp_path, backend)
+    assert backend.unchecked[A] == 3  # warm-up, round 1, the crash in round 2; then left out
+    assert best.tiling == B and default.latency_us == 100.0
+    assert Tiling(_stored(db, wid).tiling) == B
+    assert A not in _remeasured(db, wid)
+    db.close()
+
+
+def test_nothing_is_stored_when_every_contender_fails_the_remeasure(tmp_path: Path) -> None:
+    backend = ScriptedBackend(
+        search={DEFAULT: 100.0, A: 40.0},
+        remeasure={DEFAULT: _spread(100.0), A: _spread(30.0)},
+        crash_after={DEFAULT: 0, A: 0},
+    )
+    best, default, db, wid = _finish(tmp_path, backend)
+    assert (best, default) == (None, None)
+    assert _stored(db, wid) is None and _remeasured(db, wid) == {}
+    db.close()
+
+
+def test_when_the_default_itself_failed_the_best_is_stored_without_a_speedup(
+    tmp_path: Path,
+) -> None:
+    backend = ScriptedBackend(
+        search={DEFAULT: None, A: 40.0, B: 60.0},
+        remeasure={A: _spread(45.0), B: _spread(50.0)},
+    )
+    best, default, db, wid = _finish(tmp_path, backend)
+    assert best.tiling == A and default is None
+    assert DEFAULT not in backend.unchecked  # a failed default is not re-measured
+    stored = _stored(db, wid)
+    assert Tiling(stored.tiling) == A
+    assert (stored.latency_us, stored.default_latency_us, stored.speedup) == (45.0, None, None)
+    db.close()
+
+
+def test_nothing_is_stored_when_no_tiling_ran(tmp_path: Path) -> None:
+    backend = ScriptedBackend(search={DEFAULT: None, A: None}, remeasure={})
+    best, default, db, wid = _finish(tmp_path, backend)
+    assert (best, default) == (None, None) and _stored(db, wid) is None
+    assert sum(backend.unchecked.values()) == 0
+    db.close()
+
+
+# -- beats_default ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("candidate", "default", "beats"),
+    [
+        ([], [100.0, 101.0], False),  # nothing to compare
+        ([50.0, 51.0], [], False),
+        ([90.0, 91.0, 92.0, 93.0], [100.0, 101.0, 102.0, 103.0], True),  # p = 1/70
+        ([90.0, 91.0, 92.0], [100.0, 101.0, 102.0], False),  # p = 1/20: not below 0.05
+        ([100.0] * 9, [100.0] * 9, False),
+        ([110.0, 111.0, 112.0, 113.0], [100.0, 101.0, 102.0, 103.0], False),  # slower
+        (  # a lower median, but overlapping runs
+            [96.0, 98.0, 99.0, 100.0, 101.0, 102.0, 103.0, 104.0, 105.0],
+            [97.0, 99.0, 100.0, 101.0, 102.0, 103.0, 104.0, 105.0, 106.0],
+            False,
+        ),
+        (  # nine each, every candidate run below every default run
+            [90.0 + i for i in range(9)],
+            [99.5 + i for i in range(9)],
+            True,
+        ),
+    ],
+)
+def test_beats_default(candidate: list[float], default: list[float], beats: bool) -> None:
+    assert beats_default(candidate, default) is beats
