@@ -309,7 +309,8 @@ def _raw_request(base: str, head: bytes, body: bytes = b"", *, wait_s: float = 1
 
 
 def test_a_declared_huge_body_is_refused_before_it_is_sent(live: str) -> None:
-    """Content-Length: 1 GB and no body: a 413 at once, not a server waiting for a gigabyte."""
+    """Content-Length: 1 GB and no body: a 413 without a byte of the body sent, not a server
+    waiting for a gigabyte (it would answer nothing before the client gives up)."""
     head = (
         b"POST /v1/jobs HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
         b"Authorization: Bearer " + TOKEN.encode() + b"\r\nContent-Length: 1000000000\r\n\r\n"
@@ -317,7 +318,7 @@ def test_a_declared_huge_body_is_refused_before_it_is_sent(live: str) -> None:
     started = time.monotonic()
     answer = _raw_request(live, head)
     assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
-    assert time.monotonic() - started < 5
+    record("security: a declared 1 GB body", answered_in_s=round(time.monotonic() - started, 3))
 
 
 def test_a_chunked_body_past_the_limit_is_refused(live: str) -> None:
