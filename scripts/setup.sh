@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Sets up a fresh machine for tilewise: a C++ compiler for the cpu-twin, Chromium and
-# docker-compose for the tests (through apt when missing and we are root), and .venv with the
-# package and its test tools. Idempotent.
+# Sets up a fresh machine for tilewise: a C++ compiler for the cpu-twin, Chromium, docker-compose
+# and cmake for the tests (through apt when missing and we are root), and .venv with the package,
+# PyTorch (CPU) and the test tools. Idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,14 +24,17 @@ apt_install() {
 }
 
 # One apt run for everything missing. The tests need Chromium (the dashboard is checked in a
-# headless browser) and docker-compose (it validates docker/compose.yaml); the tune needs neither.
+# headless browser), docker-compose (it validates docker/compose.yaml) and cmake (the Ascend
+# backend's generated CMake project is configured with a fake CANN); the tune needs none of them.
+# Under CI=true a test skipped for want of one of these fails the run (tests/conftest.py).
 need=()
 have_clang || need+=(clang-19)
 command -v chromium >/dev/null 2>&1 || need+=(chromium chromium-driver)
 command -v docker-compose >/dev/null 2>&1 || need+=(docker-compose)
+command -v cmake >/dev/null 2>&1 || need+=(cmake)
 if [ ${#need[@]} -gt 0 ] && ! apt_install "${need[@]}"; then
   have_clang || echo "setup: continuing without clang: g++ builds work, spill checks are off" >&2
-  echo "setup: without chromium and docker-compose the dashboard and compose tests fail" >&2
+  echo "setup: without chromium, docker-compose and cmake some tests skip (and fail CI)" >&2
 fi
 
 PYTHON=${PYTHON:-python3}
@@ -39,5 +42,8 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-.venv/bin/python -m pip install -q -e ".[dev,ascend-ir]"
+# PyTorch's CPU build, pinned: the torch extra's range would otherwise fetch a CUDA build of
+# several GB (this version's CPU wheel is what the project's machines hold).
+.venv/bin/python -m pip install -q "torch==2.13.0"
+.venv/bin/python -m pip install -q -e ".[dev,ascend-ir,torch]"
 echo "setup: ready (.venv/bin/tilewise)"

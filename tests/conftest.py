@@ -1,4 +1,9 @@
-"""Shared fixtures. Database tests take ``db_url`` and run once on SQLite, once on PostgreSQL.
+"""Shared fixtures and the CI skip policy. Database tests take ``db_url`` and run once on SQLite,
+once on PostgreSQL.
+
+Under ``CI=true`` a skipped test fails the run unless its reason starts with one of
+:data:`ALLOWED_SKIPS`: a missing tool (cmake, clang, Chromium, PyTorch) must fail CI, not hide
+the checks that need it. ``scripts/setup.sh`` installs everything the tests need.
 
 The PostgreSQL runs need a server at ``$TILEWISE_TEST_PG_URL`` (default
 ``postgresql+psycopg://postgres@127.0.0.1:5432/test``); each test gets a new database there,
@@ -11,6 +16,7 @@ import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -18,6 +24,40 @@ from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import OperationalError
 
 from tuner.store import Store, open_store
+
+#: The only reasons a test may skip in CI: what no CI machine of this project has. Keep short.
+ALLOWED_SKIPS: tuple[str, ...] = ("needs an Ascend NPU",)
+
+_disallowed_skips: list[str] = []
+
+
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").lower() not in ("", "0", "false", "no")
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.skipped and not hasattr(report, "wasxfail"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        reason = reason.removeprefix("Skipped: ")
+        if not reason.startswith(ALLOWED_SKIPS):
+            _disallowed_skips.append(f"{report.nodeid}: {reason}")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if _in_ci() and _disallowed_skips and exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int) -> None:
+    if _in_ci() and _disallowed_skips:
+        terminalreporter.section("skips not allowed under CI=true", sep="=", red=True)
+        for line in _disallowed_skips:
+            terminalreporter.line(line)
+        terminalreporter.line(
+            f"{len(_disallowed_skips)} skipped test(s) whose reason is not one of "
+            f"{ALLOWED_SKIPS} (tests/conftest.py): install what they need (scripts/setup.sh)"
+        )
+
 
 PG_ADMIN_URL = os.environ.get(
     "TILEWISE_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"

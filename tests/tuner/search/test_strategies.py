@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -25,14 +26,36 @@ from tuner.settings import Settings
 from tuner.types import Shape, Tiling, Workload
 
 
+def _needs_torch(name: str) -> None:
+    if name == "gp":
+        pytest.importorskip("torch", reason="strategy 'gp' needs PyTorch (pip install torch)")
+
+
 @pytest.mark.parametrize("name", sorted(STRATEGIES))
-def test_every_strategy_is_a_sampler_or_says_what_to_install(name: str) -> None:
-    try:
-        sampler = make_sampler(0, strategy=name)
-    except ConfigError as exc:
-        assert "pip install" in str(exc)
-        return
-    assert isinstance(sampler, optuna.samplers.BaseSampler)
+def test_every_strategy_is_a_sampler(name: str) -> None:
+    _needs_torch(name)
+    assert isinstance(make_sampler(0, strategy=name), optuna.samplers.BaseSampler)
+
+
+# Failed configurations are told as inf; Optuna's GPSampler says it clips them to the worst
+# finite value, which is what is wanted.
+@pytest.mark.filterwarnings("ignore:Clip non-finite values:UserWarning")
+@pytest.mark.parametrize("name", sorted(STRATEGIES))
+def test_every_strategy_searches_a_space(tmp_path: Path, name: str) -> None:
+    """A short search on the synthetic space: every strategy proposes, and the search beats
+    the space's median configuration."""
+    _needs_torch(name)
+    space = synthetic_space(tmp_path / "s.csv")
+    sampler = make_sampler(0, strategy=name, space=search_space_of(space))
+    run = replay_search(space, sampler, budget=20)
+    assert space.evaluations == 20 and run.best_ms is not None
+    assert run.best_ms < float(np.median([t for _, t in space.recorded() if math.isfinite(t)]))
+
+
+def test_gp_without_pytorch_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "torch", None)  # import torch raises ImportError
+    with pytest.raises(ConfigError, match="needs PyTorch: pip install torch"):
+        make_sampler(0, strategy="gp")
 
 
 def test_unknown_strategy() -> None:
@@ -320,8 +343,19 @@ def test_a_tiling_replaces_the_default_only_when_faster_beyond_the_noise(
 
 
 def test_shape_distance() -> None:
-    assert shape_distance(Shape({"N": 1024}), Shape({"N": 4096})) == 2
-    assert shape_distance(Shape({"N": 1}), Shape({"M": 1})) == math.inf
+    srd = get_op("scale_relu_dropout")
+    assert shape_distance(srd, Shape({"N": 1024}), Shape({"N": 4096})) == 2
+    assert shape_distance(srd, Shape({"N": 1}), Shape({"M": 1})) == math.inf
+
+
+def test_shape_distance_of_a_dim_that_may_be_zero() -> None:
+    """A padding of 0 sits at log2(0 + 1) = 0: one step from pad 1, two from pad 3."""
+    conv = get_op("conv_bias_leakyrelu")
+    base = {"N": 1, "C": 16, "H": 14, "W": 14, "K": 16, "R": 3, "S": 3, "stride": 1}
+    pad0, pad1, pad3 = (Shape({**base, "pad": p}) for p in (0, 1, 3))
+    assert shape_distance(conv, pad0, pad1) == 1
+    assert shape_distance(conv, pad0, pad3) == 2
+    assert shape_distance(conv, pad1, Shape({**base, "pad": 1, "N": 4})) == 2
 
 
 def test_warm_start_measures_the_nearest_tuned_tilings_first(tmp_path: Path) -> None:
