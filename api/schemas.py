@@ -1,8 +1,8 @@
 """Request and response bodies: one model per direction (``*Create`` in, ``*Public`` out).
 
-Request models check everything that needs no settings (names exist, dims are positive
-integers); bounds that come from settings (largest budget, largest tensor) are checked in
-``api.deps`` and reported the same way, as a 422 naming the field.
+Request models check everything that needs no settings (names exist, dims are integers within
+the op's bounds); bounds that come from settings (largest budget, largest tensor) are checked
+in ``api.deps`` and reported the same way, as a 422 naming the field.
 """
 
 from __future__ import annotations
@@ -10,7 +10,15 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from kernels.ops import get_op
 from kernels.targets import get_target
@@ -18,7 +26,8 @@ from tuner.errors import InputError
 from tuner.store import JobRow, JobStatus, TilingRow, WorkerRow, WorkerStatus, WorkloadRow
 from tuner.types import MAX_DIM, Workload
 
-Dim = Annotated[int, Field(strict=True, gt=0, le=MAX_DIM)]
+# The least value is the op's (a padding may be 0): JobCreate checks it, naming the dim.
+Dim = Annotated[int, Field(strict=True, le=MAX_DIM)]
 
 
 class _Out(BaseModel):
@@ -27,6 +36,15 @@ class _Out(BaseModel):
 
 # ---------------------------------------------------------------------------------------------
 # In
+
+
+def _below(floor: int) -> PydanticCustomError:
+    """The error pydantic's own ``gt=0`` (or ``ge=floor``) gives."""
+    if floor == 1:
+        return PydanticCustomError("greater_than", "Input should be greater than {gt}", {"gt": 0})
+    return PydanticCustomError(
+        "greater_than_equal", "Input should be greater than or equal to {ge}", {"ge": floor}
+    )
 
 
 class JobCreate(BaseModel):
@@ -70,8 +88,20 @@ class JobCreate(BaseModel):
     @classmethod
     def _shape(cls, value: dict[str, int], info: ValidationInfo) -> dict[str, int]:
         if "op" in info.data:
+            spec = get_op(info.data["op"])
+            low = [d for d, v in value.items() if d in spec.dims and v < spec.dim_floors.get(d, 1)]
+            if low:  # named as the type's own bounds are: ["body", "shape", "N"]
+                raise ValidationError.from_exception_data(
+                    "shape",
+                    [
+                        InitErrorDetails(
+                            type=_below(spec.dim_floors.get(d, 1)), loc=(d,), input=value[d]
+                        )
+                        for d in low
+                    ],
+                )
             try:
-                return dict(get_op(info.data["op"]).validate_shape(value))
+                return dict(spec.validate_shape(value))
             except InputError as exc:
                 # The message names the dims as sent; pydantic cannot carry one that is not
                 # UTF-8 (a dim name with a lone surrogate, "\ud800" in JSON): it raised, and the

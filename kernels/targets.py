@@ -180,6 +180,8 @@ def _twin_of(profile: str) -> TargetProfile:
 
 def get_target(name: str) -> TargetProfile:
     """Look a target up by name (case-insensitive)."""
+    if not isinstance(name, str):
+        raise InputError(f"a target is named by a string, got {type(name).__name__}")
     key = name.strip().lower()
     if key == "cpu-twin":
         return twin_target()

@@ -17,11 +17,14 @@ writes, what ``GET /v1/tables/{op}`` serves and what :mod:`tuner.runtime` loads:
       ]
     }
 
-Loading checks it (:func:`load_entries`, :func:`parse_table`): the format name and version
-(another version is refused, saying which was found and which is read), every field's type,
-dims in ``1..MAX_DIM``, tiling values in int32 (the header stores them so), finite positive
-latencies, one entry per workload. Unknown keys are ignored: additions that old readers may
-skip keep the version; anything else bumps it.
+Loading checks it (:func:`load_entries`, :func:`parse_table`). A document that is not JSON,
+not of this format, of another format version (saying which was found and which is read) or
+without an entry list is refused whole. Each entry is checked on its own: every field's type,
+dims in ``0..MAX_DIM`` (the op's own lower bounds are checked by the reader that knows the op),
+tiling values in int32 (the header stores them so), finite positive latencies, one entry per
+workload. A bad entry is left out and named in :attr:`Loaded.rejected`; the rest still load.
+Unknown keys are ignored: additions that old readers may skip keep the version; anything else
+bumps it.
 
 The C header (:func:`render_header`) holds one op's entries of the op's current version; see
 the comment it starts with for its contract.
@@ -37,7 +40,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tuner import __version__
 from tuner.errors import InputError
@@ -49,6 +52,7 @@ if TYPE_CHECKING:
 __all__ = [
     "FORMAT",
     "FORMAT_VERSION",
+    "Loaded",
     "TableEntry",
     "TableFormatError",
     "canonical_filters",
@@ -105,6 +109,14 @@ class TableEntry:
             "speedup": self.speedup,
             "evaluations": self.evaluations,
         }
+
+
+class Loaded(NamedTuple):
+    """A document's valid entries, and one message per entry left out (naming where it is and
+    what is wrong with it: ``entries[3].shape.M: expected an integer, got '4'``)."""
+
+    entries: list[TableEntry]
+    rejected: list[str]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -188,7 +200,7 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a number JSON allows")
 
 
-def parse_table(text: str | bytes, *, source: str = "tiling table") -> list[TableEntry]:
+def parse_table(text: str | bytes, *, source: str = "tiling table") -> Loaded:
     """Parse and validate a JSON document; ``source`` names it in error messages.
 
     Raises:
@@ -204,11 +216,11 @@ def parse_table(text: str | bytes, *, source: str = "tiling table") -> list[Tabl
     return load_entries(doc, source=source)
 
 
-def load_entries(doc: object, *, source: str = "tiling table") -> list[TableEntry]:
-    """Validate a decoded document and return its entries.
+def load_entries(doc: object, *, source: str = "tiling table") -> Loaded:
+    """Validate a decoded document: its valid entries, and the bad ones named.
 
     Raises:
-        TableFormatError: naming the first problem and where it is (``entries[3].shape.M``).
+        TableFormatError: the document as a whole is not a table of this format version.
     """
     if not isinstance(doc, dict):
         raise TableFormatError(f"{source}: expected a JSON object, got {_kind(doc)}")
@@ -229,18 +241,24 @@ def load_entries(doc: object, *, source: str = "tiling table") -> list[TableEntr
     if not isinstance(raw, list):
         raise TableFormatError(f"{source}: 'entries' must be a list, got {_kind(raw)}")
     entries: list[TableEntry] = []
+    rejected: list[str] = []
     seen: set[tuple[str, str, str, str, Shape]] = set()
     for i, item in enumerate(raw):
-        entry = _entry(item, f"{source}: entries[{i}]")
+        try:
+            entry = _entry(item, f"entries[{i}]")
+        except TableFormatError as exc:
+            rejected.append(str(exc))
+            continue
         key = (entry.op, entry.op_version, entry.target, entry.dtype, entry.shape)
         if key in seen:
-            raise TableFormatError(
-                f"{source}: entries[{i}]: a second entry for {entry.op} {entry.op_version} "
+            rejected.append(
+                f"entries[{i}]: a second entry for {entry.op} {entry.op_version} "
                 f"{entry.target} {entry.dtype} {entry.shape}"
             )
+            continue
         seen.add(key)
         entries.append(entry)
-    return entries
+    return Loaded(entries, rejected)
 
 
 def _short(value: object) -> str:
@@ -262,7 +280,7 @@ def _entry(item: object, where: str) -> TableEntry:
         op_version=_text(item, "op_version", where),
         target=_text(item, "target", where),
         dtype=_text(item, "dtype", where),
-        shape=Shape(_int_map(item, "shape", where, low=1, high=MAX_DIM)),
+        shape=Shape(_int_map(item, "shape", where, low=0, high=MAX_DIM)),
         tiling=Tiling(_int_map(item, "tiling", where, low=-INT32_MAX, high=INT32_MAX)),
         latency_us=_number(item, "latency_us", where, optional=False),
         default_latency_us=_number(item, "default_latency_us", where),
@@ -338,7 +356,11 @@ def render_header(doc: Mapping[str, Any], *, op: str) -> str:
     from kernels.targets import get_target
 
     spec = get_op(op)
-    all_entries = [e for e in load_entries(doc, source="tiling table") if e.op == op]
+    loaded = load_entries(doc, source="tiling table")
+    if loaded.rejected:
+        # Generated C is not a place to leave a row out quietly: the header is refused.
+        raise TableFormatError(f"tiling table: {loaded.rejected[0]}")
+    all_entries = [e for e in loaded.entries if e.op == op]
     entries = [e for e in all_entries if e.op_version == spec.version]
     stale = len(all_entries) - len(entries)
     dims = spec.dims
@@ -364,6 +386,7 @@ def render_header(doc: Mapping[str, Any], *, op: str) -> str:
                 )
             if set(e.shape) != set(dims):
                 raise InputError(f"{op}: entry shape {e.shape} does not have the dims {dims}")
+            spec.validate_shape(e.shape)
     if fields is None:
         from kernels.targets import twin_target
 
@@ -379,6 +402,7 @@ def render_header(doc: Mapping[str, Any], *, op: str) -> str:
     dim_params = ", ".join(f"int64_t {d}" for d in dims)
     dim_args = ", ".join(dims)
     n_dims, n_fields = len(dims), len(fields)
+    least = ", ".join(str(spec.dim_floors.get(d, 1)) for d in dims)
     out: list[str] = []
     w = out.append
     w(f"""/* Tiling table of {op}: generated by tilewise {__version__}. Do not edit.
@@ -396,17 +420,19 @@ def render_header(doc: Mapping[str, Any], *, op: str) -> str:
  * or the per-(target, dtype) function {prefix}_<target>_<dtype>_lookup({dim_args}, t).
  * Returns TILEWISE_EXACT (2) when the shape was tuned, TILEWISE_NEAREST (1) with the tiling of
  * the nearest tuned shape, TILEWISE_NOT_FOUND (0) when there is no table for the target and
- * dtype, or a dim is not positive. tiling_out is written only when the answer is not 0.
+ * dtype, or a dim is below its least value (1; 0 for a dim such as a padding). tiling_out is
+ * written only when the answer is not 0.
  *
- * Nearest: the smallest sum over dims of |log2(asked) - log2(tuned)|; ties go to the smaller
- * tuned shape in ({", ".join(dims)}) order. The same rule as tilewise's Python runtime
+ * Nearest: the smallest sum over dims of |log2(asked) - log2(tuned)|, where a dim whose least
+ * value is 0 counts as log2(1 + value); ties go to the smaller tuned shape in
+ * ({", ".join(dims)}) order. The same rule as tilewise's Python runtime
  * (tuner.runtime), with one difference: Python also checks the candidate tiling against the
  * op's validity rules and on-chip memory limits for the asked shape, and walks on to the next
  * nearest entry (then to the default heuristic) when it fails. Those checks live in the op spec
  * and cannot be precomputed for shapes never seen, so this header does not make them: validate
  * a nearest answer as your TilingFunc validates any tiling, or fall back to the default.
  * On an exact answer, and on a nearest one whose tiling is valid, both give the same tiling.
- * log2 of tuned dims is stored; log2 of asked dims comes from <math.h> (link with -lm).
+ * The log2 of tuned dims is stored; that of asked dims comes from <math.h> (link with -lm).
  *
  * Tiling fields, in tiling_out order: {" ".join(fields)}
  */
@@ -443,13 +469,14 @@ typedef struct {{
 static inline int {prefix}_find_(
     const {prefix}_entry_t* table, int n, const int64_t* asked, int32_t* tiling_out)
 {{
+    static const int64_t least[{n_dims}] = {{{least}}};
     double lg[{n_dims}];
     double best_d = 0.0;
     int best = -1;
     int i, j;
     for (j = 0; j < {n_dims}; ++j) {{
-        if (asked[j] <= 0) return TILEWISE_NOT_FOUND;
-        lg[j] = log2((double)asked[j]);
+        if (asked[j] < least[j]) return TILEWISE_NOT_FOUND;
+        lg[j] = log2((double)(asked[j] + 1 - least[j]));
     }}
     for (i = 0; i < n; ++i) {{
         double d = fabs(table[i].log2_shape[0] - lg[0]);
@@ -480,7 +507,7 @@ static inline int {prefix}_find_(
         w(f"    static const {prefix}_entry_t table[] = {{\n")
         for e in rows:
             shape = ", ".join(str(e.shape[d]) for d in dims)
-            logs = ", ".join(repr(math.log2(e.shape[d])) for d in dims)
+            logs = ", ".join(repr(spec.log_position(d, e.shape[d])) for d in dims)
             tiling = ", ".join(str(e.tiling[f]) for f in fields)
             w(f"        {{{{{shape}}}, {{{logs}}}, {{{tiling}}}}},\n")
         w("    };\n")

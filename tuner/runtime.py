@@ -12,7 +12,8 @@ The fallback order, and the ``source`` each rule answers with:
 1. ``exact``: the op (at its current version), target, dtype and shape were tuned.
 2. ``nearest``: the tuned shape of the same op, target and dtype nearest to the asked one whose
    tiling passes the op's validity rules and on-chip memory limits for the asked shape
-   (``OpSpec.check``). Distance: the sum over dims of ``|log2(asked) - log2(tuned)|``; ties go
+   (``OpSpec.check``). Distance: the sum over dims of ``|log2(asked) - log2(tuned)|`` (for a dim
+   that may be 0, such as a padding, of ``log2(1 + value)``: ``OpSpec.log_position``); ties go
    to the smaller tuned shape in the op's dims order. At most ``max_candidates`` entries are
    checked, nearest first. The C header (:func:`tuner.export.render_header`) uses the same
    distance and ties but cannot make the checks.
@@ -20,7 +21,10 @@ The fallback order, and the ``source`` each rule answers with:
 
 Entries of another op version than the running code's (a changed kernel is a new workload) and
 entries of ops or targets this code does not know are kept out at load time and counted in
-:attr:`TilingTable.skipped`.
+:attr:`TilingTable.skipped`. So is an invalid entry (a field of the wrong type, a shape the op
+does not take, a tiling outside its domains): it is counted, named in
+:attr:`TilingTable.rejected` and in a logged warning, and the rest of the table answers. Only a
+document that is not a table as a whole (not JSON, another format version) is refused.
 
 Lookups are thread-safe. Exact answers are a dict lookup; nearest and default answers are
 computed once per asked shape and kept (the ``cache_size`` most recent computations).
@@ -31,7 +35,7 @@ Importing this module imports numpy and the op specs, never Optuna, FastAPI or S
 
 from __future__ import annotations
 
-import math
+import logging
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -44,13 +48,15 @@ import numpy as np
 from kernels.ops import OpSpec, get_op
 from kernels.targets import TargetProfile, get_target
 from tuner.errors import InputError, StoreError, TilewiseError
-from tuner.export import TableEntry, TableFormatError, load_entries, parse_table
+from tuner.export import Loaded, TableEntry, load_entries, parse_table
 from tuner.types import Shape, Tiling, Workload
 
 if TYPE_CHECKING:
     import httpx
 
 __all__ = ["Answer", "Source", "TilingTable"]
+
+_log = logging.getLogger(__name__)
 
 Source = Literal["exact", "nearest", "default"]
 
@@ -109,7 +115,7 @@ class _Group:
         }
         # One contiguous column per dim: the nearest search is a few vector ops per column.
         self.logs = [
-            np.array([math.log2(e.shape[d]) for e in self.entries], dtype=np.float64)
+            np.array([spec.log_position(d, e.shape[d]) for e in self.entries], dtype=np.float64)
             for d in self.dims
         ]
         self.cache: dict[Any, Answer] = {}
@@ -118,35 +124,74 @@ class _Group:
 class TilingTable:
     """An in-memory tiling table answering :meth:`lookup`; see the module docstring."""
 
+    #: At most this many messages are kept in :attr:`rejected` (the counts stay exact).
+    MAX_REJECTED_MESSAGES = 100
+
     def __init__(
         self,
         entries: Iterable[TableEntry],
         *,
         max_candidates: int = 64,
         cache_size: int = 4096,
+        rejected: Iterable[str] = (),
+        source: str = "tiling table",
     ) -> None:
-        """Index ``entries`` (validated :class:`~tuner.export.TableEntry` values)."""
+        """Index ``entries`` (validated :class:`~tuner.export.TableEntry` values).
+
+        ``rejected`` names entries a loader already left out (:attr:`Loaded.rejected`); they
+        are counted as ``"invalid entry"``. ``source`` names the file, URL or database in the
+        warning logged when entries are left out as invalid.
+        """
         if max_candidates < 1 or cache_size < 0:
             raise InputError("max_candidates must be >= 1 and cache_size >= 0")
         self.max_candidates = max_candidates
         self.cache_size = cache_size
-        #: Entries left out at load, by reason.
+        #: Entries left out at load, by reason: "unknown op or target", "other op version"
+        #: (both expected in a table shared by several versions of tilewise) and "invalid entry".
         self.skipped: dict[str, int] = {}
+        #: What was wrong with each entry left out as invalid, naming it (the first
+        #: :attr:`MAX_REJECTED_MESSAGES`).
+        self.rejected: list[str] = []
         self._lock = threading.Lock()
         self._groups: dict[tuple[str, str, str], _Group] = {}
+        for message in rejected:
+            self._skip("invalid entry", message)
         buckets: dict[tuple[str, str, str], list[TableEntry]] = {}
         for entry in entries:
-            reason = self._reject(entry)
+            try:
+                reason = self._foreign(entry)
+            except InputError as exc:
+                self._skip("invalid entry", str(exc))
+                continue
             if reason:
-                self.skipped[reason] = self.skipped.get(reason, 0) + 1
+                self._skip(reason)
             else:
                 buckets.setdefault((entry.op, entry.target, entry.dtype), []).append(entry)
         for (op, target, dtype), group in buckets.items():
             self._groups[(op, target, dtype)] = _Group(get_op(op), get_target(target), dtype, group)
         self._size = sum(len(g.entries) for g in self._groups.values())
+        if self.rejected:
+            more = self.skipped["invalid entry"] - 1
+            _log.warning(
+                "%s: %d invalid entries left out; the first: %s%s",
+                source,
+                self.skipped["invalid entry"],
+                self.rejected[0],
+                f" (and {more} more, see TilingTable.rejected)" if more else "",
+            )
+
+    def _skip(self, reason: str, message: str | None = None) -> None:
+        self.skipped[reason] = self.skipped.get(reason, 0) + 1
+        if message is not None and len(self.rejected) < self.MAX_REJECTED_MESSAGES:
+            self.rejected.append(message)
 
     @staticmethod
-    def _reject(entry: TableEntry) -> str | None:
+    def _foreign(entry: TableEntry) -> str | None:
+        """Why ``entry`` is not for this code (None when it is).
+
+        Raises:
+            InputError: the entry claims an op this code knows, but is not one of its workloads.
+        """
         try:
             spec = get_op(entry.op)
             profile = get_target(entry.target)
@@ -156,29 +201,31 @@ class TilingTable:
             return "unknown op or target"
         if entry.op_version != spec.version:
             return "other op version"
+        named = f"{entry.op} {entry.target} {entry.dtype} {dict(entry.shape)}"
         if entry.dtype not in spec.dtypes or set(entry.shape) != set(spec.dims):
-            raise TableFormatError(
-                f"{entry.op} {entry.target} {entry.dtype} {entry.shape}: "
-                f"not a dtype and shape of {entry.op} (dims {', '.join(spec.dims)})"
+            raise InputError(
+                f"{named}: not a dtype and shape of {entry.op} (dims {', '.join(spec.dims)})"
             )
+        try:
+            spec.validate_shape(entry.shape)
+        except InputError as exc:
+            raise InputError(f"{named}: {exc}") from None
         tunables = spec.tunables(entry.shape, entry.dtype, profile)
         names = {t.name for t in tunables}
         if set(entry.tiling) != names:
-            raise TableFormatError(
-                f"{entry.op} {entry.target} {entry.dtype} {entry.shape}: tiling fields "
-                f"{', '.join(sorted(entry.tiling))} are not the op's tunables "
-                f"{', '.join(sorted(names))}"
+            raise InputError(
+                f"{named}: tiling fields {', '.join(sorted(entry.tiling))} are not the op's "
+                f"tunables {', '.join(sorted(names))}"
             )
         # A tuned tiling holds values within its own workload's domains (the tuner proposes
         # nothing else, the default tiling lies in them too). The op's checks assume so: a
-        # tampered dbL0C of 2**31 - 1 made a nearest lookup build that many buffers, a stepM of
-        # 0 divided by zero (found by the loader fuzz test).
+        # tampered dbL0C of 2**31 - 1 would make a nearest lookup build that many buffers.
         for tunable in tunables:
             value, low, high = entry.tiling[tunable.name], min(tunable.values), max(tunable.values)
             if not low <= value <= high:
-                raise TableFormatError(
-                    f"{entry.op} {entry.target} {entry.dtype} {entry.shape}: tiling "
-                    f"{tunable.name}={value} is outside its domain {low}..{high} for this workload"
+                raise InputError(
+                    f"{named}: tiling {tunable.name}={value} is outside its domain "
+                    f"{low}..{high} for this workload"
                 )
         return None
 
@@ -187,19 +234,16 @@ class TilingTable:
     def from_document(
         cls, doc: object, *, source: str = "tiling table", **options: int
     ) -> TilingTable:
-        """From a decoded JSON document (validated; see :mod:`tuner.export`)."""
-        return cls._named(load_entries(doc, source=source), source, options)
+        """From a decoded JSON document (validated; see :mod:`tuner.export`).
+
+        Raises:
+            TableFormatError: the document as a whole is not a valid table.
+        """
+        return cls._loaded(load_entries(doc, source=source), source, options)
 
     @classmethod
-    def _named(
-        cls, entries: Iterable[TableEntry], source: str, options: Mapping[str, int]
-    ) -> TilingTable:
-        # An entry refused here (a shape the op does not have, a tiling outside its domains)
-        # names its workload; the prefix says which file or URL it came from.
-        try:
-            return cls(entries, **options)
-        except TableFormatError as exc:
-            raise TableFormatError(f"{source}: {exc}") from exc
+    def _loaded(cls, loaded: Loaded, source: str, options: Mapping[str, int]) -> TilingTable:
+        return cls(loaded.entries, rejected=loaded.rejected, source=source, **options)
 
     @classmethod
     def from_file(cls, path: str | Path, **options: int) -> TilingTable:
@@ -213,7 +257,7 @@ class TilingTable:
             data = Path(path).read_bytes()
         except OSError as exc:
             raise InputError(f"cannot read tiling table {path}: {exc.strerror or exc}") from exc
-        return cls._named(parse_table(data, source=str(path)), str(path), options)
+        return cls._loaded(parse_table(data, source=str(path)), str(path), options)
 
     @classmethod
     def from_url(
@@ -251,7 +295,7 @@ class TilingTable:
                 f"cannot fetch the tiling table from {url}: HTTP {response.status_code} "
                 f"{_detail(response)}"
             )
-        return cls._named(parse_table(response.content, source=url), url, options)
+        return cls._loaded(parse_table(response.content, source=url), url, options)
 
     @classmethod
     def from_db(
@@ -300,21 +344,23 @@ class TilingTable:
         Raises:
             InputError: unknown op, target or dtype, or a shape the op does not take.
         """
-        group = self._groups.get((op, target, dtype))
-        if group is not None and len(shape) == group.ndims:
-            try:
+        # The fast path: any surprise in the arguments (an unhashable name, a shape that is not
+        # a mapping) falls through to _resolve, which names the problem.
+        try:
+            group = self._groups.get((op, target, dtype))
+            if group is not None and len(shape) == group.ndims:
                 key = group.key(shape)
-                answer = group.exact.get(key)
-                if answer is None:
-                    answer = group.cache.get(key)
-            except (KeyError, TypeError):
-                answer = None
-            if answer is not None:
-                return answer
+                answer = group.exact.get(key) or group.cache.get(key)
+                if answer is not None:
+                    return answer
+        except (KeyError, TypeError):
+            pass
         return self._resolve(op, target, dtype, shape)
 
     def _resolve(self, op: str, target: str, dtype: str, shape: Mapping[str, int]) -> Answer:
         spec = get_op(op)
+        if not isinstance(dtype, str):
+            raise InputError(f"{op}: a dtype is named by a string, got {type(dtype).__name__}")
         spec.validate_dtype(dtype)
         profile = get_target(target)
         asked = spec.validate_shape(shape)
@@ -344,9 +390,10 @@ class TilingTable:
         if not group.entries:
             return None
         # Column by column, in dims order: the same sum, in the same order, as the C header's.
-        distance = np.abs(group.logs[0] - math.log2(asked[group.dims[0]]))
+        where = group.spec.log_position
+        distance = np.abs(group.logs[0] - where(group.dims[0], asked[group.dims[0]]))
         for column, dim in zip(group.logs[1:], group.dims[1:], strict=True):
-            distance += np.abs(column - math.log2(asked[dim]))
+            distance += np.abs(column - where(dim, asked[dim]))
         for index, away in _nearest_first(distance, self.max_candidates):
             entry = group.entries[index]
             try:

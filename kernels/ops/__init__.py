@@ -36,7 +36,7 @@ def get_op(name: str) -> OpSpec:
     """The spec of op ``name``; an unknown name is an InputError listing the known ones."""
     try:
         module = OPS[name]
-    except KeyError:
+    except (KeyError, TypeError):  # TypeError: not a string (an unhashable value)
         raise InputError(f"unknown op {name!r}; known ops: {', '.join(sorted(OPS))}") from None
     spec: OpSpec = importlib.import_module(module).SPEC
     return spec

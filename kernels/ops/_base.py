@@ -174,6 +174,11 @@ class OpSpec(ABC):
     name: ClassVar[str]
     summary: ClassVar[str]
     dims: ClassVar[tuple[str, ...]]
+    #: Shapes that exercise the op (edge cases such as a single row or a zero padding, and a
+    #: model-sized one), as ``Shape.parse`` reads them: the tests that sweep every op use these.
+    examples: ClassVar[tuple[str, ...]]
+    #: The least value of a dim where it is not 1 (a padding may be 0).
+    dim_floors: ClassVar[Mapping[str, int]] = {}
     dtypes: ClassVar[tuple[str, ...]] = DTYPES
     #: Kernel entry point, the C tiling struct it takes, and the file that holds both.
     entry: ClassVar[str]
@@ -201,6 +206,10 @@ class OpSpec(ABC):
     # -- inputs ----------------------------------------------------------------------------
     def validate_shape(self, shape: Mapping[str, int], *, max_elements: int | None = None) -> Shape:
         """Return ``shape`` as a :class:`Shape`, or raise InputError naming what is wrong."""
+        if not isinstance(shape, Mapping):
+            raise InputError(
+                f"{self.name}: a shape maps dim names to integers, got {type(shape).__name__}"
+            )
         unknown = sorted(set(shape) - set(self.dims))
         if unknown:
             raise InputError(
@@ -213,8 +222,10 @@ class OpSpec(ABC):
             value = shape[dim]
             if isinstance(value, bool) or not isinstance(value, int | np.integer):
                 raise InputError(f"{self.name}: dim {dim} must be an integer, got {value!r}")
-            if value <= 0:
-                raise InputError(f"{self.name}: dim {dim} must be positive, got {value}")
+            floor = self.dim_floors.get(dim, 1)
+            if value < floor:
+                must = {0: "non-negative", 1: "positive"}.get(floor, f"at least {floor}")
+                raise InputError(f"{self.name}: dim {dim} must be {must}, got {value}")
             if value > MAX_DIM:
                 raise InputError(f"{self.name}: dim {dim}={value} exceeds the limit {MAX_DIM}")
         result = Shape({d: int(shape[d]) for d in self.dims})
@@ -226,6 +237,20 @@ class OpSpec(ABC):
                     f"above the limit {max_elements}"
                 )
         return result
+
+    def example_shapes(self) -> list[Shape]:
+        """:attr:`examples`, validated."""
+        return [self.validate_shape(Shape.parse(text)) for text in self.examples]
+
+    def log_position(self, dim: str, value: int) -> float:
+        """Where ``value`` of ``dim`` lies on the log2 scale that shape distances are measured
+        on: ``log2(value)``, shifted so that the dim's floor sits at 0 (``log2(pad + 1)`` for a
+        padding that may be 0). The runtime, the C header and the warm start share it."""
+        return math.log2(value + 1 - self.dim_floors.get(dim, 1))
+
+    def shape_distance(self, a: Mapping[str, int], b: Mapping[str, int]) -> float:
+        """Sum over the dims of the distance of their log positions."""
+        return sum(abs(self.log_position(d, a[d]) - self.log_position(d, b[d])) for d in self.dims)
 
     def validate_dtype(self, dtype: str) -> str:
         if dtype not in self.dtypes:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import socket
 import threading
 import time
@@ -14,6 +15,7 @@ import uvicorn
 
 from api import create_app
 from kernels.ops import get_op
+from kernels.ops._base import Tunable
 from kernels.targets import get_target
 from tuner import store
 from tuner.settings import Settings
@@ -60,8 +62,15 @@ def seed_tuned(
         )
         env = {"host": "test"}
         records = []
-        for i, latency in enumerate(latencies):
-            tiling = default if i == 0 else default.replace(**{_field(spec.name): 1 + i})
+        variants = (
+            t
+            for t in _one_field_changes(spec.tunables(parsed, dtype, profile), default)
+            if spec.valid(t, parsed, dtype, profile)
+        )
+        # A tiny workload may have fewer tilings than latencies: it gets fewer records.
+        tilings = [default, *itertools.islice(variants, len(latencies) - 1)]
+        latencies = latencies[: len(tilings)]
+        for i, (tiling, latency) in enumerate(zip(tilings, latencies, strict=True)):
             records.append(
                 store.add_record(
                     session,
@@ -108,9 +117,13 @@ def seed_tuned(
     return Seeded(row, best.tiling, best.latency_us, latencies[0], latencies)
 
 
-def _field(op: str) -> str:
-    # A runtime field to vary so that each seeded record has its own tiling.
-    return {"scale_relu_dropout": "blockDim", "linear_add_gelu": "iterateOrder"}[op]
+def _one_field_changes(tunables: list[Tunable], default: Tiling) -> Iterator[Tiling]:
+    """Tilings within the workload's domains, each the default with one field changed (every
+    seeded record has its own tiling, and the stored one loads into a tiling table)."""
+    for tunable in tunables:
+        for value in tunable.values:
+            if value != default[tunable.name]:
+                yield default.replace(**{tunable.name: value})
 
 
 # ---------------------------------------------------------------------------------------------

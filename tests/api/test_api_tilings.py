@@ -117,3 +117,45 @@ def test_runtime_loads_from_the_api(settings: Settings) -> None:
         "scale_relu_dropout", target="cpu-twin", dtype="float32", shape={"N": 65536}
     )
     assert answer.source == "exact"
+
+
+# A padding of 0 is a valid conv: its workloads must not stop any table from loading.
+CONV = {"N": 2, "C": 5, "H": 13, "W": 11, "K": 20, "R": 3, "S": 2, "stride": 1}
+CONV_URL = "/v1/tilings/conv_bias_leakyrelu"
+
+
+def _conv_query(**changes: int) -> str:
+    return ",".join(f"{d}={v}" for d, v in {**CONV, "pad": 0, **changes}.items())
+
+
+def test_a_conv_with_pad_0_is_served_by_every_route(client: TestClient, db: Store) -> None:
+    conv = seed_tuned(db, op="conv_bias_leakyrelu", shape={**CONV, "pad": 0})
+    elementwise = seed_tuned(db)
+
+    exact = client.get(f"{CONV_URL}?shape={_conv_query()}").json()
+    assert exact["source"] == "exact" and exact["tiling"] == dict(conv.best)
+    # pad 0 -> 1 is one step on the log scale, as pad 1 -> 3 is
+    for pad, distance in ((1, 1.0), (3, 2.0)):
+        near = client.get(f"{CONV_URL}?shape={_conv_query(pad=pad)}")
+        assert near.status_code == 200, near.text
+        assert (near.json()["source"], near.json()["distance"]) == ("nearest", distance)
+        assert near.json()["workload"]["shape"]["pad"] == 0
+    assert client.get(f"{URL}?shape=N=65536").json()["tiling"] == dict(elementwise.best)
+
+    doc = client.get("/v1/tables").json()
+    assert {e["op"] for e in doc["entries"]} == {"conv_bias_leakyrelu", "scale_relu_dropout"}
+    for table in (TilingTable.from_document(doc), TilingTable.from_db(db.url)):
+        assert len(table) == 2 and table.skipped == {}
+        answer = table.lookup(
+            "conv_bias_leakyrelu", target="cpu-twin", dtype="float32", shape={**CONV, "pad": 0}
+        )
+        assert answer.source == "exact" and answer.tiling == conv.best
+
+    header = client.get("/v1/tables/conv_bias_leakyrelu?format=header")
+    assert header.status_code == 200 and "TILEWISE_CONV_BIAS_LEAKYRELU_H" in header.text
+
+
+def test_a_negative_padding_is_422_naming_the_shape(client: TestClient) -> None:
+    r = client.get(f"{CONV_URL}?shape={_conv_query(pad=-1)}")
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["query", "shape"]
+    assert "pad must be non-negative" in r.json()["detail"][0]["msg"]

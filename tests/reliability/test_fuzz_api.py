@@ -1,7 +1,8 @@
 """Bad input over HTTP: schemathesis against the running app's own OpenAPI schema.
 
-A real uvicorn server (loopback, free port) on SQLite, and again on PostgreSQL, with one tuned
-workload and one job in the database; schemathesis generates valid and invalid requests for every
+A real uvicorn server (loopback, free port) on SQLite, and again on PostgreSQL, with a tuned
+workload of every op at each of its example shapes (a conv with ``pad=0`` among them) and one
+job in the database; schemathesis generates valid and invalid requests for every
 operation of the schema (a bounded number per operation, derandomized so CI is repeatable) and
 sends them with the writer's token, so that writes get past auth and into validation. Every
 answer must be below 500, and every rejection a 4xx that says what is wrong: a 422 whose every
@@ -28,6 +29,7 @@ from hypothesis import strategies as st
 from schemathesis import GenerationMode
 
 from api import create_app
+from kernels.ops import list_ops
 from tests.api._support import AUTH, live_server, make_settings, seed_tuned
 from tests.reliability._report import record
 from tests.reliability._server import pg_database
@@ -89,7 +91,7 @@ def tally(live: Live) -> Iterator[Tally]:
 def live(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Live]:
-    """A live server on a database holding one tuned workload and one queued job."""
+    """A live server on a database holding tuned workloads of every op and one queued job."""
     with ExitStack() as stack:
         if request.param == "sqlite":
             url = f"sqlite:///{tmp_path_factory.mktemp('fuzz-api') / 'tilewise.db'}"
@@ -97,7 +99,12 @@ def live(
             url = stack.enter_context(pg_database(request.getfixturevalue("pg_admin")))
         db = open_store(url)
         try:
-            seeded = seed_tuned(db)
+            # A tuned workload of every op at each of its example shapes (a conv with pad=0
+            # among them): every lookup, table and dashboard page has entries of every op.
+            for spec in list_ops():
+                for shape in spec.example_shapes():
+                    seed_tuned(db, op=spec.name, shape=dict(shape))
+            seeded = seed_tuned(db, shape={"N": 65536})
             with store.session_scope(db) as session:
                 store.create_job(session, workload_id=seeded.workload.id, budget_evals=5)
         finally:

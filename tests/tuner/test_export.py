@@ -76,9 +76,10 @@ def _entry(
     op: str, shape: dict[str, int], target: str, dtype: str, *, headroom: int = 1
 ) -> dict[str, Any]:
     """An entry whose tiling is the default one of a shape ``headroom`` times larger in every
-    dim but K: tuned tilings that leave cores free stay valid for somewhat larger shapes."""
+    size dim but K: tuned tilings that leave cores free stay valid for somewhat larger shapes."""
     spec = get_op(op)
-    sized = Shape({d: v * (headroom if d != "K" else 1) for d, v in shape.items()})
+    fixed = ("K", "R", "S", "stride", "pad")  # a conv's filter and padding keep their meaning
+    sized = Shape({d: v * (headroom if d not in fixed else 1) for d, v in shape.items()})
     tiling = spec.default_tiling(sized, dtype, get_target(target))
     return {
         "op": op,
@@ -284,6 +285,7 @@ def _build(header: Path, op: str, tmp_path: Path, compiler: str, std: list[str])
         f"-DTW_LOOKUP=tilewise_{op}_lookup",
         f"-DTW_FIELDS=TILEWISE_{upper}_FIELDS",
         f"-DTW_NDIMS={len(get_op(op).dims)}",
+        "-DTW_ARGS=" + ", ".join(f"(int64_t)d[{i}]" for i in range(len(get_op(op).dims))),
         str(DRIVER),
         "-o",
         str(exe),
@@ -307,10 +309,13 @@ def _nearest_reference(
 ) -> dict[str, Any]:
     """The rule written out once more, independently: log2 distance, ties to the smaller shape."""
 
+    def lg(dim: str, value: int) -> float:
+        return math.log2(value + 1 if dim == "pad" else value)  # a padding may be 0
+
     def distance(e: dict[str, Any]) -> float:
-        total = abs(math.log2(e["shape"][dims[0]]) - math.log2(asked[0]))
+        total = abs(lg(dims[0], e["shape"][dims[0]]) - lg(dims[0], asked[0]))
         for d, a in zip(dims[1:], asked[1:], strict=True):
-            total += abs(math.log2(e["shape"][d]) - math.log2(a))
+            total += abs(lg(d, e["shape"][d]) - lg(d, a))
         return total
 
     return min(entries, key=lambda e: (distance(e), tuple(e["shape"][d] for d in dims)))
@@ -320,20 +325,35 @@ def _tuned_shapes(op: str) -> list[dict[str, int]]:
     if op == "linear_add_gelu":
         grid = itertools.product((64, 256, 1000, 4096), (128, 768, 4096), (64, 512, 2048))
         return [{"M": m, "N": n, "K": k} for m, n, k in grid]
+    if op == "conv_bias_leakyrelu":
+        grid = itertools.product((1, 8), (16, 64), (14, 56), (0, 1, 3))
+        return [
+            {"N": n, "C": c, "H": h, "W": h, "K": 32, "R": 3, "S": 3, "stride": 1, "pad": p}
+            for n, c, h, p in grid
+        ]
     return [{"N": n} for n in (512, 4096, 10000, 65536, 1 << 20, 3 << 20)]
+
+
+def _near(dim: str, value: int, rng: random.Random) -> int:
+    """A value up to 2x either side; a padding (which may be 0) moves by up to 2 steps."""
+    if dim == "pad":
+        return max(0, value + rng.randint(-2, 2))
+    if dim in ("R", "S", "stride"):
+        return value  # the filter must keep fitting its image
+    return max(1, round(value * 2 ** rng.uniform(-1.0, 1.0)))
 
 
 COMBOS = [("cpu-twin", "float32"), ("ascend910b4", "float16")]
 
 
 @pytest.mark.skipif(not COMPILERS, reason="no C compiler")
-@pytest.mark.parametrize("op", ["linear_add_gelu", "scale_relu_dropout"])
+@pytest.mark.parametrize("op", ["linear_add_gelu", "scale_relu_dropout", "conv_bias_leakyrelu"])
 def test_header_answers_as_python_does(op: str, tmp_path: Path) -> None:
     spec = get_op(op)
     dims = spec.dims
     entries = [_entry(op, s, t, d, headroom=2) for t, d in COMBOS for s in _tuned_shapes(op)]
     stale = {**_entry(op, _tuned_shapes(op)[0], *COMBOS[0]), "op_version": "0ld0ld0ld0ld"}
-    stale["shape"] = {d: 3 for d in dims}
+    stale["shape"] = {**{d: 3 for d in dims}, **({"R": 1, "S": 1} if "R" in dims else {})}
     doc = _document([*entries, stale])
     header = tmp_path / f"{op}.h"
     header.write_text(render_header(doc, op=op))
@@ -347,17 +367,12 @@ def test_header_answers_as_python_does(op: str, tmp_path: Path) -> None:
             base = tuple(shape[d] for d in dims)
             queries.append((target, dtype, base))  # exact
             for _ in range(8):
-                queries.append(
-                    (
-                        target,
-                        dtype,
-                        tuple(max(1, round(v * 2 ** rng.uniform(-1.0, 1.0))) for v in base),
-                    )
-                )
-        queries.append((target, dtype, tuple(3 for _ in dims)))  # the stale entry's shape
+                queries.append((target, dtype, tuple(_near(d, shape[d], rng) for d in dims)))
+        stale_shape = tuple(stale["shape"][d] for d in dims)
+        queries.append((target, dtype, stale_shape))  # the stale entry's shape
     if op == "linear_add_gelu":
         queries.append(("cpu-twin", "float32", (128, 768, 512)))  # M=64 and M=256 tie
-    assert len(queries) >= (200 if op == "linear_add_gelu" else 100)
+    assert len(queries) >= (100 if op == "scale_relu_dropout" else 200)
 
     counts = {"exact": 0, "nearest valid": 0, "nearest invalid": 0}
     for compiler, std in COMPILERS:
@@ -427,3 +442,52 @@ def test_header_names_fields_and_rejects_bad_input() -> None:
         render_header(_document([bad]), op="scale_relu_dropout")
     sneaky = {**_document([]), "generated_at": "*/ int evil; /*"}
     assert "evil" not in render_header(sneaky, op="linear_add_gelu")
+
+
+CONV_PAD0 = {"N": 1, "C": 4, "H": 9, "W": 9, "K": 8, "R": 3, "S": 3, "stride": 1, "pad": 0}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not COMPILERS, reason="no C compiler")
+def test_a_conv_with_pad_0_end_to_end(db_url: str, tmp_path: Path) -> None:
+    """Tuned on the twin, stored, exported as JSON and as a C header, loaded from the file and
+    from the database, and asked exactly and for the nearest padding."""
+    shape = ",".join(f"{d}={v}" for d, v in CONV_PAD0.items())
+    done = tilewise(
+        "tune", "conv_bias_leakyrelu", "--shape", shape, "--budget", "4", "--db", db_url,
+        tmp_path=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+
+    paths = {"json": tmp_path / "conv.json", "header": tmp_path / "conv.h"}
+    for fmt, path in paths.items():
+        done = tilewise(
+            "export", "conv_bias_leakyrelu", "--format", fmt, "-o", str(path), "--db", db_url,
+            tmp_path=tmp_path,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+
+    spec, twin = get_op("conv_bias_leakyrelu"), get_target("cpu-twin")
+    from_file, from_db = TilingTable.from_file(paths["json"]), TilingTable.from_db(db_url)
+    for table in (from_file, from_db):
+        assert len(table) == 1 and table.skipped == {}
+    ask = lambda table, pad: table.lookup(  # noqa: E731
+        spec.name, target="cpu-twin", dtype="float32", shape={**CONV_PAD0, "pad": pad}
+    )
+    exact = ask(from_db, 0)
+    assert exact.source == "exact" and ask(from_file, 0) == exact
+    # pad 1 is one step from pad 0 on the distance's log2(1 + pad) scale
+    near = ask(from_db, 1)
+    assert near.source in ("nearest", "default")
+    if near.source == "nearest":
+        assert near.distance == 1.0 and near.tiling == exact.tiling
+    else:
+        assert not spec.valid(exact.tiling, Shape({**CONV_PAD0, "pad": 1}), "float32", twin)
+
+    fields = [t.name for t in spec.tunables(Shape(CONV_PAD0), "float32", twin)]
+    asked = [tuple({**CONV_PAD0, "pad": p}[d] for d in spec.dims) for p in (0, 1, -1)]
+    for compiler, std in COMPILERS:
+        exe = _build(paths["header"], spec.name, tmp_path, compiler, std)
+        c = _ask_c(exe, [("cpu-twin", "float32", a) for a in asked])
+        tiling = [exact.tiling[f] for f in fields]
+        assert c == [[2, *tiling], [1, *tiling], [0]]

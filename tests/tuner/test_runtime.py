@@ -236,10 +236,19 @@ def test_other_op_versions_and_unknown_ops_are_left_out() -> None:
     assert ask(table, lag(1024)).source != "exact"
 
 
-def test_tiling_fields_must_be_the_ops_tunables() -> None:
+def test_an_entry_whose_tiling_fields_are_not_the_ops_tunables_is_left_out(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     bad = entry("scale_relu_dropout", {"N": 4096}, tiling={"tileLength": 1024, "blockDim": 8})
-    with pytest.raises(TableFormatError, match="not the op's tunables"):
-        TilingTable.from_document(document(bad))
+    good = entry("linear_add_gelu", lag(64))
+    table = TilingTable.from_document(document(bad, good), source="t.json")
+    assert len(table) == 1 and table.skipped == {"invalid entry": 1}
+    [message] = table.rejected
+    assert "scale_relu_dropout cpu-twin float32 {'N': 4096}" in message
+    assert "not the op's tunables" in message
+    assert ask(table, lag(64)).source == "exact"
+    assert ask(table, {"N": 4096}).source == "default"
+    assert "t.json: 1 invalid entries left out" in caplog.text and message in caplog.text
 
 
 def test_json_file_round_trip(tmp_path: Path, table: TilingTable) -> None:
@@ -299,11 +308,33 @@ BAD_DOCUMENTS = [
     (_text({**document(), "format_version": True}), "format version True is not supported"),
     (_text({k: v for k, v in document().items() if k != "format_version"}), "version None"),
     (json.dumps({**document(), "entries": {}}), "'entries' must be a list"),
+    (
+        _text(document(entry("scale_relu_dropout", {"N": 4096}))).replace("100.0,", "NaN,", 1),
+        "NaN is not a number",
+    ),
+    (
+        _text(document(entry("scale_relu_dropout", {"N": 4096}))).replace("4096", "9" * 5000, 1),
+        "not valid JSON",
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "message"), BAD_DOCUMENTS, ids=[m for _, m in BAD_DOCUMENTS])
+def test_invalid_documents_are_refused(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text(text)
+    with pytest.raises(TableFormatError, match=message) as caught:
+        TilingTable.from_file(path)
+    assert str(path) in str(caught.value)
+    assert isinstance(caught.value, InputError)
+
+
+BAD_ENTRIES = [
     (_with(shape__N="4096"), r"entries\[0\].shape.N: expected an integer, got '4096'"),
     (_with(shape__N=4096.0), r"entries\[0\].shape.N: expected an integer, got 4096.0"),
     (_with(shape__N=True), "shape.N: expected an integer, got True"),
-    (_with(shape__N=-4), r"shape.N: -4 is outside 1..16777216"),
-    (_with(shape__N=0), r"shape.N: 0 is outside"),
+    (_with(shape__N=-4), r"shape.N: -4 is outside 0..16777216"),
+    (_with(shape__N=0), r"scale_relu_dropout .*dim N must be positive, got 0"),
     (_with(shape__N=2**40), r"shape.N: 1099511627776 is outside"),
     (_with(shape={}), "shape: expected a non-empty object"),
     (_with(tiling__tileLength=1.5), "tiling.tileLength: expected an integer"),
@@ -321,22 +352,13 @@ BAD_DOCUMENTS = [
     (_with(evaluations=-1), "evaluations: -1 is outside"),
     (_with(evaluations=2.0), "evaluations: expected an integer"),
     (_with(op=""), "op: expected a non-empty string"),
-    # Refused by the table, not the parser: the message still names the file (found by the
-    # loader fuzz test).
     (_with(dtype="float7"), "float7 .*not a dtype and shape of scale_relu_dropout"),
     (_with(shape={"M": 4096}), "not a dtype and shape of scale_relu_dropout"),
     (_with(tiling__extra=1), "are not the op's tunables"),
+    (_with(tiling__tileLength=1 << 30), "tileLength=1073741824 is outside its domain"),
     (_with(dtype=3), "dtype: expected a non-empty string"),
     (_with(target="x" * 300), "at most 200 characters"),
     (_text(document(*[entry("scale_relu_dropout", {"N": 4096})] * 2)), "a second entry for"),
-    (
-        _text(document(entry("scale_relu_dropout", {"N": 4096}))).replace("100.0,", "NaN,", 1),
-        "NaN is not a number",
-    ),
-    (
-        _text(document(entry("scale_relu_dropout", {"N": 4096}))).replace("4096", "9" * 5000, 1),
-        "not valid JSON",
-    ),
     (
         _text({**document(), "entries": [["not", "an", "object"]]}),
         r"entries\[0\]: expected an object, got a list",
@@ -344,18 +366,36 @@ BAD_DOCUMENTS = [
 ]
 
 
-@pytest.mark.parametrize(("text", "message"), BAD_DOCUMENTS, ids=[m for _, m in BAD_DOCUMENTS])
-def test_invalid_documents_are_refused(tmp_path: Path, text: str, message: str) -> None:
-    path = tmp_path / "bad.json"
-    path.write_text(text)
-    with pytest.raises(TableFormatError, match=message) as caught:
-        TilingTable.from_file(path)
-    assert str(path) in str(caught.value)
-    assert isinstance(caught.value, InputError)
+@pytest.mark.parametrize(("text", "message"), BAD_ENTRIES, ids=[m for _, m in BAD_ENTRIES])
+def test_an_invalid_entry_is_left_out_and_named(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, text: str, message: str
+) -> None:
+    """The bad entry is counted and named; a good one beside it still answers."""
+    doc = json.loads(text)
+    good = entry("linear_add_gelu", lag(64))
+    doc["entries"].append(good)
+    path = tmp_path / "one-bad.json"
+    path.write_text(json.dumps(doc))
+    table = TilingTable.from_file(path)
+    assert table.skipped == {"invalid entry": 1}
+    [rejected] = table.rejected
+    assert re.search(message, rejected), rejected
+    assert str(path) in caplog.text and rejected in caplog.text
+    assert len(table) == len(doc["entries"]) - 1
+    assert ask(table, lag(64)) == ask(TilingTable.from_document(document(good)), lag(64))
+    assert ask(table, lag(64)).source == "exact"
+
+
+def test_rejected_messages_are_capped_and_counts_exact() -> None:
+    bad = [entry("scale_relu_dropout", {"N": n}, tiling={"tileLength": 1}) for n in range(1, 251)]
+    table = TilingTable.from_document(document(*bad))
+    assert table.skipped == {"invalid entry": 250}
+    assert len(table.rejected) == TilingTable.MAX_REJECTED_MESSAGES
 
 
 def test_parse_table_accepts_integer_latencies() -> None:
-    [e] = parse_table(_with(latency_us=12, default_latency_us=None, speedup=None))
+    [e], rejected = parse_table(_with(latency_us=12, default_latency_us=None, speedup=None))
+    assert rejected == []
     assert e.latency_us == 12.0 and isinstance(e.latency_us, float)
     assert e.default_latency_us is None and e.speedup is None
 

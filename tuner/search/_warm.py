@@ -1,8 +1,9 @@
 """Warm start: what the tuned shapes of an op suggest for a new shape.
 
 A tiling that won on a nearby shape of the same op, target and dtype is a good first guess: the
-best tilings of the nearest tuned shapes (distance: the sum over dims of |log2 ratio|) that pass
-the op's static check for the new shape are measured before anything else.
+best tilings of the nearest tuned shapes (distance: :meth:`OpSpec.shape_distance`, the sum over
+dims of |log2 ratio|) that pass the op's static check for the new shape are measured before
+anything else.
 """
 
 from __future__ import annotations
@@ -17,11 +18,11 @@ from tuner import store
 from tuner.types import Shape, Tiling
 
 
-def shape_distance(a: Shape, b: Shape) -> float:
-    """Sum over the dims of |log2(a/b)|; shapes with other dims are infinitely far."""
-    if set(a) != set(b):
+def shape_distance(spec: OpSpec, a: Shape, b: Shape) -> float:
+    """``spec.shape_distance``; shapes with other dims are infinitely far."""
+    if set(a) != set(b) or set(a) != set(spec.dims):
         return math.inf
-    return sum(abs(math.log2(a[d] / b[d])) for d in a)
+    return spec.shape_distance(a, b)
 
 
 def nearest_tuned_tilings(
@@ -38,7 +39,7 @@ def nearest_tuned_tilings(
     """Up to ``limit`` tilings: the best ``per_shape`` of each of the ``shapes`` nearest tuned
     shapes (nearest first, the stored winner first), valid for ``shape``, without repeats."""
     tuned = [
-        (shape_distance(w.shape, shape), w, t)
+        (shape_distance(spec, w.shape, shape), w, t)
         for w, t in store.best_tilings(session, op=spec.name, target=target.name, dtype=dtype)
         if w.shape != shape
     ]

@@ -20,6 +20,7 @@ strided copy. Padding taps read a zero slot after the window.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import ClassVar
 
 import numpy as np
 
@@ -71,19 +72,19 @@ class ConvBiasLeakyRelu(OpSpec):
     name = "conv_bias_leakyrelu"
     summary = "Out = LeakyReLU(Conv2D(X[N,C,H,W], W[K,C,R,S]) + b[K]); im2col + Matmul + epilogue"
     dims = ("N", "C", "H", "W", "K", "R", "S", "stride", "pad")
+    examples = (
+        "N=1,C=3,H=7,W=7,K=5,R=3,S=3,stride=2,pad=1",
+        "N=2,C=5,H=13,W=11,K=20,R=3,S=2,stride=1,pad=0",
+        "N=8,C=64,H=56,W=56,K=64,R=3,S=3,stride=1,pad=1",
+    )
+    dim_floors: ClassVar[Mapping[str, int]] = {"pad": 0}
     entry = "conv_bias_leakyrelu"
     tiling_type = "ConvBiasLeakyReluTiling"
     kernel_file = "conv_bias_leakyrelu.cpp"
     mix = True
 
     def validate_shape(self, shape: Mapping[str, int], *, max_elements: int | None = None) -> Shape:
-        pad = shape.get("pad")
-        if isinstance(pad, int | np.integer) and not isinstance(pad, bool) and pad < 0:
-            raise InputError(f"{self.name}: dim pad must be non-negative, got {pad}")
-        # pad = 0 is a valid padding; the base check wants every dim positive.
-        lifted = {**shape, "pad": 1} if pad == 0 else shape
-        parsed = super().validate_shape(lifted)
-        result = Shape({**dict(parsed), "pad": int(pad)}) if pad == 0 else parsed
+        result = super().validate_shape(shape)
         oh, ow = out_size(result)
         if oh < 1 or ow < 1:
             raise InputError(
@@ -92,8 +93,8 @@ class ConvBiasLeakyRelu(OpSpec):
             )
         if max_elements is not None:
             # Only now: the tensor sizes divide by the output pixels, zero for a filter that does
-            # not fit (a ZeroDivisionError, a 500 on GET /v1/tilings; found by the CLI fuzz test).
-            super().validate_shape(lifted, max_elements=max_elements)
+            # not fit.
+            super().validate_shape(result, max_elements=max_elements)
         return result
 
     # -- geometry ------------------------------------------------------------------------------

@@ -14,31 +14,9 @@ from kernels.targets import BUILTIN, get_target, twin_target
 from tuner.errors import InputError
 from tuner.types import Shape, Tiling
 
-SHAPES = {
-    "linear_add_gelu": [
-        "M=1,N=17,K=3",
-        "M=33,N=40,K=70",
-        "M=1024,N=1024,K=1024",
-        "M=128,N=4096,K=4096",
-    ],
-    "scale_relu_dropout": [
-        "N=1",
-        "N=1000",
-        "N=2048",
-        "N=4096",
-        "N=8192",
-        "N=1000003",
-        "N=16777216",
-    ],
-    "swiglu": ["T=1,I=1", "T=3,I=17", "T=2048,I=2752"],
-    "layernorm_gelu": ["R=1,H=1", "R=5,H=33", "R=5,H=5000", "R=2,H=20000", "R=4096,H=1024"],
-    "swiglu_mlp": ["T=3,H=17,I=20", "T=33,H=70,I=130", "T=512,H=1024,I=2752"],
-    "conv_bias_leakyrelu": [
-        "N=1,C=3,H=7,W=7,K=5,R=3,S=3,stride=2,pad=1",
-        "N=2,C=5,H=13,W=11,K=20,R=3,S=2,stride=1,pad=0",
-        "N=8,C=64,H=56,W=56,K=64,R=3,S=3,stride=1,pad=1",
-    ],
-}
+#: Each op's example shapes (OpSpec.examples): a new op is swept without an edit here.
+SHAPES = {spec.name: list(spec.examples) for spec in list_ops()}
+
 
 #: The shapes the benchmark runs: the reference and tolerance must hold there too.
 BENCHMARK = {

@@ -2,8 +2,9 @@
  *
  * Built by tests/tuner/test_export.py as C99 and as C++11 with:
  *   -DTW_HEADER='"path/to/table.h"' -DTW_LOOKUP=tilewise_<op>_lookup
- *   -DTW_FIELDS=TILEWISE_<OP>_FIELDS -DTW_NDIMS=<1 or 3>
- * stdin:  "<target> <dtype> <dim> [<dim> <dim>]" per line
+ *   -DTW_FIELDS=TILEWISE_<OP>_FIELDS -DTW_NDIMS=<dims of the op>
+ *   -DTW_ARGS='(int64_t)d[0], (int64_t)d[1], ...' (one per dim, in the op's dims order)
+ * stdin:  "<target> <dtype> <dim> <dim> ..." per line
  * stdout: "<rc> <field> <field> ..." per line (only rc when it is 0)
  */
 #include <stdint.h>
@@ -15,20 +16,16 @@ int main(void)
 {
     char target[64];
     char dtype[64];
-    long long d[3] = {0, 0, 0};
+    long long d[TW_NDIMS];
     int32_t tiling[TW_FIELDS];
     int rc;
     int i;
     for (;;) {
-#if TW_NDIMS == 3
-        if (scanf("%63s %63s %lld %lld %lld", target, dtype, &d[0], &d[1], &d[2]) != 5) break;
-        rc = TW_LOOKUP(target, dtype, (int64_t)d[0], (int64_t)d[1], (int64_t)d[2], tiling);
-#elif TW_NDIMS == 1
-        if (scanf("%63s %63s %lld", target, dtype, &d[0]) != 3) break;
-        rc = TW_LOOKUP(target, dtype, (int64_t)d[0], tiling);
-#else
-#error "TW_NDIMS must be 1 or 3"
-#endif
+        if (scanf("%63s %63s", target, dtype) != 2) break;
+        for (i = 0; i < TW_NDIMS; ++i) {
+            if (scanf("%lld", &d[i]) != 1) return 1;
+        }
+        rc = TW_LOOKUP(target, dtype, TW_ARGS, tiling);
         printf("%d", rc);
         if (rc != 0) {
             for (i = 0; i < TW_FIELDS; ++i) printf(" %ld", (long)tiling[i]);
