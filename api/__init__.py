@@ -4,6 +4,6 @@ Routes live under ``/v1`` (jobs, ops, tilings, tables, targets, workers), with `
 ``/metrics``, the dashboard at ``/`` and the OpenAPI UI at ``/docs``.
 """
 
-from api.app import create_app
+from tilewise.api.app import create_app
 
 __all__ = ["create_app"]

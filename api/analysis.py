@@ -16,10 +16,10 @@ Everything here is a model estimate from the op spec and the target profile, nev
 
 from __future__ import annotations
 
-from api.deps import WorkloadRequest
-from api.schemas import AnalysisPublic, RooflinePublic, TrafficPublic, UbPublic
-from kernels.targets import TargetProfile
-from tuner.types import DTYPE_BYTES
+from tilewise.api.deps import WorkloadRequest
+from tilewise.api.schemas import AnalysisPublic, RooflinePublic, TrafficPublic, UbPublic
+from tilewise.kernels.targets import TargetProfile
+from tilewise.types import DTYPE_BYTES
 
 WORTH_FUSING_PCT = 30.0
 UB_HIGH_PCT = 80.0

@@ -3,8 +3,9 @@
 The database is opened in the lifespan, once per process: a new database is migrated, one at
 another revision is refused and the app does not start (the error names the command that fixes
 it, ``tilewise db upgrade --db URL``). Everything else is wired here and nowhere else:
-exception handlers (``api.errors``), middleware (metrics outermost so that it also counts the
-413s and CORS answers, then CORS, then the body limit, then the concurrency limit), routers.
+exception handlers (``tilewise.api.errors``), middleware (metrics outermost so that it also
+counts the 413s and CORS answers, then CORS, then the body limit, then the concurrency limit),
+routers.
 """
 
 from __future__ import annotations
@@ -17,14 +18,14 @@ import anyio.to_thread
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
-from api import errors, routes
-from api.lookup import LookupCache
-from api.metrics import Metrics, MetricsMiddleware
-from api.middleware import BodyLimit, ConcurrencyLimit
-from tuner import __version__
-from tuner.errors import SchemaError
-from tuner.settings import Settings, get_settings
-from tuner.store import open_store
+from tilewise import __version__
+from tilewise.api import errors, routes
+from tilewise.api.lookup import LookupCache
+from tilewise.api.metrics import Metrics, MetricsMiddleware
+from tilewise.api.middleware import BodyLimit, ConcurrencyLimit
+from tilewise.errors import SchemaError
+from tilewise.settings import Settings, get_settings
+from tilewise.store import open_store
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +39,7 @@ except in dev mode. Invalid input is a 422 whose `detail[].loc` names the field 
 
 #: Requests served at once (the rest queue without a thread): below the 40 threads sync routes
 #: run in, so a request holding a database lock always finds the thread it needs to finish (see
-#: api.middleware.ConcurrencyLimit).
+#: tilewise.api.middleware.ConcurrencyLimit).
 MAX_CONCURRENT_REQUESTS = 32
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from markupsafe import Markup
 
-from tuner.store import SOURCE_PREDICTED, RecordRow
+from tilewise.store import SOURCE_PREDICTED, RecordRow
 
 EXCLUDED_SOURCES = frozenset({"remeasure", SOURCE_PREDICTED})
 

@@ -1,7 +1,7 @@
 """Reusable dependencies: settings, the store, a session per request, the writer check, and the
 workload a request names (validated, with settings' bounds).
 
-The app keeps its state on ``app.state`` (set up in ``api.app``): ``settings``, ``store``,
+The app keeps its state on ``app.state`` (set up in ``tilewise.api.app``): ``settings``, ``store``,
 ``lookup`` (the in-memory tiling table) and ``metrics``.
 """
 
@@ -17,15 +17,15 @@ from fastapi import Depends, HTTPException, Path, Query, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
-from api.errors import FieldError, NotFound
-from api.lookup import LookupCache
-from api.schemas import JobCreate
-from kernels.ops import OpSpec, get_op
-from kernels.targets import TargetProfile, get_target
-from tuner.errors import InputError
-from tuner.settings import Settings
-from tuner.store import Store, session_scope
-from tuner.types import DTYPES, Shape, Workload
+from tilewise.api.errors import FieldError, NotFound
+from tilewise.api.lookup import LookupCache
+from tilewise.api.schemas import JobCreate
+from tilewise.errors import InputError
+from tilewise.kernels.ops import OpSpec, get_op
+from tilewise.kernels.targets import TargetProfile, get_target
+from tilewise.settings import Settings
+from tilewise.store import Store, session_scope
+from tilewise.types import DTYPES, Shape, Workload
 
 
 def get_settings(request: Request) -> Settings:

@@ -1,16 +1,16 @@
 """Where domain errors become HTTP errors: the only place.
 
 * request validation (pydantic), a body that is not JSON, :class:`FieldError` (an
-  InputError naming its field) and any other :class:`~tuner.errors.InputError` → **422**
+  InputError naming its field) and any other :class:`~tilewise.errors.InputError` → **422**
   ``{"detail": [{"loc", "msg", "type"}]}``, ``loc`` naming the field at fault
   (``["body", "budget"]``, ``["query", "shape"]``; empty when the error cannot say);
 * :class:`NotFound` → **404** ``{"detail": "..."}``;
-* :class:`~tuner.errors.StoreError` (database unreachable or refusing), and a driver error that
+* :class:`~tilewise.errors.StoreError` (database unreachable or refusing), and a driver error that
   escaped translation → **503** with ``Retry-After``;
-* any other :class:`~tuner.errors.TilewiseError` → **500**.
+* any other :class:`~tilewise.errors.TilewiseError` → **500**.
 
-A :class:`~tuner.errors.SchemaError` at startup is not handled here: the app refuses to start
-(see ``api.app``). One met later (someone migrated the database under a running API) is a
+A :class:`~tilewise.errors.SchemaError` at startup is not handled here: the app refuses to start
+(see ``tilewise.api.app``). One met later (someone migrated the database under a running API) is a
 StoreError like any other: 503.
 """
 
@@ -29,7 +29,7 @@ from fastapi.responses import JSONResponse, Response
 from sqlalchemy.exc import DBAPIError
 from starlette.exceptions import HTTPException
 
-from tuner.errors import InputError, StoreError, TilewiseError
+from tilewise.errors import InputError, StoreError, TilewiseError
 
 log = logging.getLogger(__name__)
 

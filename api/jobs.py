@@ -22,11 +22,11 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from api.deps import TuneRequest
-from api.errors import NotFound
-from api.schemas import JobPublic, TunedPublic
-from tuner import store
-from tuner.store import JobRow, JobStatus
+from tilewise import store
+from tilewise.api.deps import TuneRequest
+from tilewise.api.errors import NotFound
+from tilewise.api.schemas import JobPublic, TunedPublic
+from tilewise.store import JobRow, JobStatus
 
 ACTIVE = (JobStatus.QUEUED, JobStatus.RUNNING)
 

@@ -1,6 +1,6 @@
 """The runtime tiling table kept in memory by the API, reloaded when the tiling table changes.
 
-``GET /v1/tilings/{op}`` answers from a :class:`tuner.runtime.TilingTable` (exact → nearest →
+``GET /v1/tilings/{op}`` answers from a :class:`tilewise.runtime.TilingTable` (exact → nearest →
 default, the runtime library's own rules), so the service and an embedded runtime give the same
 answer. Loading the table reads every tuned workload, so it is loaded once and reloaded only when
 a cheap fingerprint of ``tw_tilings`` (row count, sum of record ids, latest ``updated_at``)
@@ -21,8 +21,8 @@ from typing import Any, Literal, Protocol
 
 import sqlalchemy as sa
 
-from tuner.errors import StoreError
-from tuner.store import Store, session_scope
+from tilewise.errors import StoreError
+from tilewise.store import Store, session_scope
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +47,8 @@ class Table(Protocol):
 def load_from_store(store: Store) -> Table:
     """``TilingTable.from_db`` through the app's own engine (no new engine per reload): the
     same document, the same validation, the same lookup rules."""
-    from tuner.export import table_document
-    from tuner.runtime import TilingTable
+    from tilewise.export import table_document
+    from tilewise.runtime import TilingTable
 
     with session_scope(store) as session:
         doc = table_document(session)

@@ -26,8 +26,8 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from tuner.errors import StoreError
-from tuner.store import JobStatus, Store, session_scope
+from tilewise.errors import StoreError
+from tilewise.store import JobStatus, Store, session_scope
 
 log = logging.getLogger(__name__)
 

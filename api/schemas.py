@@ -2,7 +2,7 @@
 
 Request models check everything that needs no settings (names exist, dims are integers within
 the op's bounds); bounds that come from settings (largest budget, largest tensor) are checked
-in ``api.deps`` and reported the same way, as a 422 naming the field.
+in ``tilewise.api.deps`` and reported the same way, as a 422 naming the field.
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from pydantic import (
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from kernels.ops import get_op
-from kernels.targets import get_target
-from tuner.errors import InputError
-from tuner.store import JobRow, JobStatus, TilingRow, WorkerRow, WorkerStatus, WorkloadRow
-from tuner.types import MAX_DIM, Workload
+from tilewise.errors import InputError
+from tilewise.kernels.ops import get_op
+from tilewise.kernels.targets import get_target
+from tilewise.store import JobRow, JobStatus, TilingRow, WorkerRow, WorkerStatus, WorkloadRow
+from tilewise.types import MAX_DIM, Workload
 
 # The least value is the op's (a padding may be 0): JobCreate checks it, naming the dim.
 Dim = Annotated[int, Field(strict=True, le=MAX_DIM)]
@@ -270,7 +270,7 @@ class AnalysisPublic(_Out):
 
 
 class LookupPublic(_Out):
-    """A tiling for the asked shape and the rule that chose it (tuner.runtime's order)."""
+    """A tiling for the asked shape and the rule that chose it (tilewise.runtime's order)."""
 
     tiling: dict[str, int]
     source: Literal["exact", "nearest", "default"]

@@ -9,11 +9,11 @@ from typing import Any
 from markupsafe import Markup
 from sqlalchemy.orm import Session
 
-from api.charts import Curve, chart, sparkline
-from api.errors import NotFound
-from kernels.ops import OPS, get_op
-from tuner import store
-from tuner.store import JobRow, RecordRow, TilingRow, WorkloadRow
+from tilewise import store
+from tilewise.api.charts import Curve, chart, sparkline
+from tilewise.api.errors import NotFound
+from tilewise.kernels.ops import OPS, get_op
+from tilewise.store import JobRow, RecordRow, TilingRow, WorkloadRow
 
 #: Records listed on a workload page (the newest); the chart uses all of them.
 MAX_RECORDS_SHOWN = 500

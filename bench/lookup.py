@@ -34,11 +34,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from kernels.ops import get_op
-from kernels.targets import get_target
-from tuner.export import TableEntry
-from tuner.runtime import TilingTable
-from tuner.types import Shape
+from tilewise.export import TableEntry
+from tilewise.kernels.ops import get_op
+from tilewise.kernels.targets import get_target
+from tilewise.runtime import TilingTable
+from tilewise.types import Shape
 
 OP, TARGET, DTYPE = "linear_add_gelu", "cpu-twin", "float32"
 
@@ -166,7 +166,7 @@ def main() -> None:
     )
 
     result = {
-        "benchmark": "tuner.runtime TilingTable.lookup, in-process",
+        "benchmark": "tilewise.runtime TilingTable.lookup, in-process",
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "machine": {
             "cpu": cpu_model(),

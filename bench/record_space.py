@@ -28,11 +28,11 @@ import sys
 import time
 from pathlib import Path
 
-from kernels.backends import MeasureOptions, create_backend
-from kernels.ops import get_op
-from kernels.targets import get_target
-from tuner.settings import get_settings
-from tuner.types import Shape, Tiling
+from tilewise.kernels.backends import MeasureOptions, create_backend
+from tilewise.kernels.ops import get_op
+from tilewise.kernels.targets import get_target
+from tilewise.settings import get_settings
+from tilewise.types import Shape, Tiling
 
 DEFAULT_FIX = "stepM=1,stepN=1,depthA1=2,depthB1=2,dbL0C=1,iterateOrder=0"
 

@@ -27,10 +27,10 @@ from pathlib import Path
 
 import httpx
 
-from kernels.ops import get_op
-from kernels.targets import get_target
-from tuner import store
-from tuner.types import Shape, Workload
+from tilewise import store
+from tilewise.kernels.ops import get_op
+from tilewise.kernels.targets import get_target
+from tilewise.types import Shape, Workload
 
 
 def free_port() -> int:
@@ -96,7 +96,7 @@ def main() -> None:
             [
                 sys.executable,
                 "-m",
-                "tuner.cli",
+                "tilewise.cli",
                 "serve",
                 "--port",
                 str(port),

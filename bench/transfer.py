@@ -33,14 +33,14 @@ from typing import Any
 
 from tune_e2e import cpu_model
 
-from kernels.backends import MeasureOptions, create_backend
-from kernels.ops import get_op
-from kernels.targets import get_target
-from tuner import store
-from tuner.runtime import TilingTable
-from tuner.search import Budget, Tuner
-from tuner.settings import Settings
-from tuner.types import Shape, Tiling
+from tilewise import store
+from tilewise.kernels.backends import MeasureOptions, create_backend
+from tilewise.kernels.ops import get_op
+from tilewise.kernels.targets import get_target
+from tilewise.runtime import TilingTable
+from tilewise.search import Budget, Tuner
+from tilewise.settings import Settings
+from tilewise.types import Shape, Tiling
 
 TRAIN = {
     "linear_add_gelu": [

@@ -47,7 +47,7 @@ def main() -> None:
         cmd = [
             sys.executable,
             "-m",
-            "tuner.cli",
+            "tilewise.cli",
             "tune",
             args.op,
             "--shape",

@@ -14,7 +14,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from tuner.errors import ConfigError, InputError
+from tilewise.errors import ConfigError, InputError
 
 KiB = 1024
 MiB = 1024 * KiB

@@ -16,8 +16,8 @@ from typing import Any, Literal
 from alembic import context
 from sqlalchemy.engine import Connection
 
-from tuner.store._engine import VERSION_TABLE, create_engine
-from tuner.store._models import TABLE_NAMES, Base
+from tilewise.store._engine import VERSION_TABLE, create_engine
+from tilewise.store._models import TABLE_NAMES, Base
 
 config = context.config
 target_metadata = Base.metadata

@@ -23,7 +23,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import OperationalError
 
-from tuner.store import Store, open_store
+from tilewise.store import Store, open_store
 
 #: The only reasons a test may skip in CI: what no CI machine of this project has. Keep short.
 ALLOWED_SKIPS: tuple[str, ...] = ("needs an Ascend NPU",)

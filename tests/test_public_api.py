@@ -7,7 +7,20 @@ import importlib
 import pytest
 
 PUBLIC = {
-    "kernels.ops": {
+    "tilewise": {
+        "Answer",
+        "BackendError",
+        "ConfigError",
+        "InputError",
+        "SchemaError",
+        "StoreError",
+        "TableFormatError",
+        "TilewiseError",
+        "TilingTable",
+        "__version__",
+    },
+    "tilewise.runtime": {"Answer", "Source", "TilingTable"},
+    "tilewise.kernels.ops": {
         "OPS",
         "Buffer",
         "Check",
@@ -20,7 +33,7 @@ PUBLIC = {
         "get_op",
         "list_ops",
     },
-    "kernels.backends": {
+    "tilewise.kernels.backends": {
         "BACKENDS",
         "Backend",
         "BuildLimits",
@@ -29,7 +42,7 @@ PUBLIC = {
         "RunResult",
         "create_backend",
     },
-    "tuner.search": {
+    "tilewise.search": {
         "STRATEGIES",
         "Budget",
         "JobTag",

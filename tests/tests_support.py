@@ -16,7 +16,7 @@ def tilewise(*args: str, tmp_path: Path, db: str | None = None) -> subprocess.Co
         XDG_DATA_HOME=str(tmp_path / "data"),
         COLUMNS="200",
     )
-    cmd = [sys.executable, "-m", "tuner.cli", *args]
+    cmd = [sys.executable, "-m", "tilewise.cli", *args]
     if db is not None:
         cmd += ["--db", db]
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120, check=False)

@@ -1,3 +1,61 @@
-"""tilewise: autotuning of tiling parameters for fused Ascend C kernels."""
+"""tilewise: autotuning of tiling parameters for fused Ascend C kernels.
+
+The names a program that uses tuned tilings needs are here::
+
+    import tilewise
+    table = tilewise.TilingTable.from_file("tilings.json")
+    try:
+        answer = table.lookup("linear_add_gelu", target="cpu-twin", dtype="float32",
+                              shape={"M": 1000, "N": 4096, "K": 1024})
+    except tilewise.InputError as exc:  # an unknown op, dtype or target, a bad shape
+        ...
+
+Every error tilewise raises is a :class:`TilewiseError`. ``import tilewise`` stays light: the
+runtime (numpy, the op specs) is imported when one of its names is first used.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from tilewise.errors import (
+    BackendError,
+    ConfigError,
+    InputError,
+    SchemaError,
+    StoreError,
+    TilewiseError,
+)
+
+if TYPE_CHECKING:
+    from tilewise.export import TableFormatError
+    from tilewise.runtime import Answer, TilingTable
 
 __version__ = "0.1.0"
+
+__all__ = [
+    "Answer",
+    "BackendError",
+    "ConfigError",
+    "InputError",
+    "SchemaError",
+    "StoreError",
+    "TableFormatError",
+    "TilewiseError",
+    "TilingTable",
+    "__version__",
+]
+
+_LAZY = {
+    "Answer": "tilewise.runtime",
+    "TilingTable": "tilewise.runtime",
+    "TableFormatError": "tilewise.export",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'tilewise' has no attribute {name!r}")

@@ -41,11 +41,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from kernels.backends import MeasureOptions, RunResult
-from kernels.ops import OpSpec, get_op
-from kernels.targets import twin_target
-from tuner.settings import Settings
-from tuner.types import Shape, Tiling
+from tilewise.kernels.backends import MeasureOptions, RunResult
+from tilewise.kernels.ops import OpSpec, get_op
+from tilewise.kernels.targets import twin_target
+from tilewise.settings import Settings
+from tilewise.types import Shape, Tiling
 
 DTYPE = "float32"
 DEFAULT_BUDGET = 40  # enough for the search to move most rows off the default (see README)
@@ -293,7 +293,7 @@ def numpy_cases(
 
         return mlp, None
     if name == "conv_bias_leakyrelu":
-        from kernels.ops.conv_bias_leakyrelu.spec import ALPHA, out_size
+        from tilewise.kernels.ops.conv_bias_leakyrelu.spec import ALPHA, out_size
 
         nn, cc, hh, ww, kk = (shape[d] for d in ("N", "C", "H", "W", "K"))
         r, s_, st, pad = shape["R"], shape["S"], shape["stride"], shape["pad"]
@@ -331,7 +331,7 @@ def numpy_cases(
 
         return (lambda: sw(slice(0, tt))), _halves(sw, tt, pool)
     if name == "scale_relu_dropout":
-        from kernels.ops.scale_relu_dropout.spec import DROP_P, SCALE
+        from tilewise.kernels.ops.scale_relu_dropout.spec import DROP_P, SCALE
 
         n = shape["N"]
         x = inputs["x"]
@@ -350,7 +350,7 @@ def numpy_cases(
 
         return (lambda: srd(slice(0, n))), _halves(srd, n, pool)
     if name == "layernorm_gelu":
-        from kernels.ops.layernorm_gelu.spec import EPS
+        from tilewise.kernels.ops.layernorm_gelu.spec import EPS
 
         rr, hh = shape["R"], shape["H"]
         x = inputs["x"].reshape(rr, hh)
@@ -401,7 +401,7 @@ def torch_case(spec: OpSpec, shape: Shape, inputs: Mapping[str, np.ndarray]) -> 
             return F.silu(torch.matmul(x, wg)) * torch.matmul(x, wu)
 
     elif name == "conv_bias_leakyrelu":
-        from kernels.ops.conv_bias_leakyrelu.spec import ALPHA
+        from tilewise.kernels.ops.conv_bias_leakyrelu.spec import ALPHA
 
         nn, cc, hh, ww, kk = (shape[d] for d in ("N", "C", "H", "W", "K"))
         r, s_, st, pad = shape["R"], shape["S"], shape["stride"], shape["pad"]
@@ -423,7 +423,7 @@ def torch_case(spec: OpSpec, shape: Shape, inputs: Mapping[str, np.ndarray]) -> 
             return F.silu(g) * u
 
     elif name == "scale_relu_dropout":
-        from kernels.ops.scale_relu_dropout.spec import DROP_P, SCALE
+        from tilewise.kernels.ops.scale_relu_dropout.spec import DROP_P, SCALE
 
         args = (tens["x"],)
 
@@ -432,7 +432,7 @@ def torch_case(spec: OpSpec, shape: Shape, inputs: Mapping[str, np.ndarray]) -> 
             return F.dropout(F.relu(x * SCALE), p=DROP_P, training=True)
 
     elif name == "layernorm_gelu":
-        from kernels.ops.layernorm_gelu.spec import EPS
+        from tilewise.kernels.ops.layernorm_gelu.spec import EPS
 
         rr, hh = shape["R"], shape["H"]
         args = (tens["x"].view(rr, hh), tens["gamma"], tens["beta"])
@@ -573,8 +573,8 @@ def tune_best(
     backend: Any, spec: OpSpec, shape: Shape, settings: Settings, budget: int, seed: int
 ) -> tuple[Tiling | None, dict[str, Any]]:
     """Tune in a throw-away SQLite database; the best tiling and the run's summary."""
-    from tuner import store
-    from tuner.search import Budget, Tuner
+    from tilewise import store
+    from tilewise.search import Budget, Tuner
 
     with tempfile.TemporaryDirectory(prefix="tilewise-bench-") as tmp:
         local = settings.model_copy(update={"db_url": f"sqlite:///{Path(tmp) / 'bench.db'}"})
@@ -706,7 +706,7 @@ def _matmul_flops(op: str, shape: Shape) -> int:
     if op == "swiglu_mlp":
         return 4 * shape["T"] * shape["H"] * shape["I"]
     if op == "conv_bias_leakyrelu":
-        from kernels.ops.conv_bias_leakyrelu.spec import out_size
+        from tilewise.kernels.ops.conv_bias_leakyrelu.spec import out_size
 
         oh, ow = out_size(shape)
         crs = shape["C"] * shape["R"] * shape["S"]
@@ -740,7 +740,7 @@ def goal_fractions(row: Mapping[str, Any], machine: Machine) -> dict[str, Any]:
 
 def cases(op: str | None) -> list[tuple[str, dict[str, int]]]:
     if op is not None and op not in SHAPES:
-        from tuner.errors import InputError
+        from tilewise.errors import InputError
 
         raise InputError(f"unknown op {op!r}; one of {', '.join(SHAPES)}")
     return [(name, s) for name, shapes in SHAPES.items() if op in (None, name) for s in shapes]
@@ -760,10 +760,10 @@ def command(
 ) -> None:
     """Time each op's twin kernel (default and tuned tiling) against numpy, torch and the
     roofline of this machine, fp32."""
-    from kernels.backends import create_backend
-    from tuner.cli import _fail, err, out
-    from tuner.errors import InputError, TilewiseError
-    from tuner.settings import get_settings
+    from tilewise.cli import _fail, err, out
+    from tilewise.errors import InputError, TilewiseError
+    from tilewise.kernels.backends import create_backend
+    from tilewise.settings import get_settings
 
     try:
         if budget < 0:

@@ -34,7 +34,7 @@ def kernels(
     roofline of this machine, fp32."""
     # Imported here, not at CLI load: numpy starts threads on import, and `tilewise worker`
     # must block its stop signals before any thread exists.
-    from tuner._bench_kernels import command
+    from tilewise._bench_kernels import command
 
     command(op=op, budget=budget, seed=seed, as_json=as_json)
 
@@ -66,11 +66,11 @@ def search(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Run each strategy --seeds times on a recorded space; report how fast each gets close."""
-    from tuner.cli import _fail, err, out
-    from tuner.errors import InputError, TilewiseError
-    from tuner.search import _bench
-    from tuner.search._replay import ReplaySpace
-    from tuner.search._strategies import make_sampler
+    from tilewise.cli import _fail, err, out
+    from tilewise.errors import InputError, TilewiseError
+    from tilewise.search import _bench
+    from tilewise.search._replay import ReplaySpace
+    from tilewise.search._strategies import make_sampler
 
     names = list(strategy or DEFAULT_STRATEGIES)
     try:

@@ -8,11 +8,19 @@ from typing import Annotated, Any
 
 import typer
 
-from tuner.errors import InputError, TilewiseError
+from tilewise.errors import InputError, TilewiseError
 
 
 def register(app: typer.Typer) -> None:
-    from tuner.cli import DbOpt, DtypeOpt, ShapeOpt, TargetOpt, _fail, _settings, _workload_inputs
+    from tilewise.cli import (
+        DbOpt,
+        DtypeOpt,
+        ShapeOpt,
+        TargetOpt,
+        _fail,
+        _settings,
+        _workload_inputs,
+    )
 
     @app.command()
     def check(
@@ -31,7 +39,7 @@ def register(app: typer.Typer) -> None:
         as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     ) -> None:
         """Check one tiling: footprint per memory, limits, validity; no compile, no launch."""
-        from tuner.types import Tiling
+        from tilewise.types import Tiling
 
         settings = _settings(db)
         try:
@@ -40,11 +48,11 @@ def register(app: typer.Typer) -> None:
             verdict = spec.check(chosen, parsed, dtype, profile)
             result: dict[str, Any] = verdict.to_dict()
             if compiler:
-                from kernels.backends._ascend.plan_check import check_plan
+                from tilewise.kernels.backends._ascend.plan_check import check_plan
 
                 result["compiler"] = check_plan(spec, chosen, parsed, dtype, profile).to_dict()
             if predict:
-                from kernels.backends._ascend.cost_model import predict as model
+                from tilewise.kernels.backends._ascend.cost_model import predict as model
 
                 result["predicted"] = model(spec, chosen, parsed, dtype, profile).to_dict()
         except TilewiseError as exc:

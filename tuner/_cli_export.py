@@ -1,4 +1,4 @@
-"""`tilewise` commands: export (registered on the main app by tuner.cli)."""
+"""`tilewise` commands: export (registered on the main app by tilewise.cli)."""
 
 from __future__ import annotations
 
@@ -33,8 +33,8 @@ def write_atomically(path: Path, text: str) -> None:
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to `app`."""
-    # tuner.cli calls this at the end of its import: its helpers exist by then.
-    from tuner.cli import _fail, _settings, err
+    # tilewise.cli calls this at the end of its import: its helpers exist by then.
+    from tilewise.cli import _fail, _settings, err
 
     @app.command("export")
     def export(
@@ -46,7 +46,7 @@ def register(app: typer.Typer) -> None:
             str | None, typer.Option("--dtype", help="Only this dtype (default: all).")
         ] = None,
         fmt: Annotated[
-            str, typer.Option("--format", help="json (for tuner.runtime) or header (C).")
+            str, typer.Option("--format", help="json (for tilewise.runtime) or header (C).")
         ] = "json",
         output: Annotated[
             str, typer.Option("--output", "-o", help="File to write; - for stdout.")
@@ -56,8 +56,8 @@ def register(app: typer.Typer) -> None:
         ] = None,
     ) -> None:
         """Export OP's tiling table as versioned JSON or a C header for a host TilingFunc."""
-        from tuner import export as exporting
-        from tuner.errors import InputError, TilewiseError
+        from tilewise import export as exporting
+        from tilewise.errors import InputError, TilewiseError
 
         settings = _settings(db)
         try:
@@ -69,7 +69,7 @@ def register(app: typer.Typer) -> None:
                 raise InputError(f"cannot write {path}: no directory {path.parent}")
             if path is not None and path.is_dir():
                 raise InputError(f"cannot write {path}: it is a directory")
-            from tuner import store
+            from tilewise import store
 
             db_handle = store.open_store(settings.db_url, create=False)
             try:
@@ -92,7 +92,7 @@ def register(app: typer.Typer) -> None:
         if path is not None:
             count = len(doc["entries"])
             if fmt == "header":  # the header holds the op's current version only
-                from kernels.ops import get_op
+                from tilewise.kernels.ops import get_op
 
                 version = get_op(op).version
                 count = sum(1 for e in doc["entries"] if e["op_version"] == version)

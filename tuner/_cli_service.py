@@ -1,6 +1,6 @@
-"""`tilewise` commands: service (registered on the main app by tuner.cli).
+"""`tilewise` commands: service (registered on the main app by tilewise.cli).
 
-``tilewise worker`` runs one worker in this process (see :mod:`tuner.worker`).
+``tilewise worker`` runs one worker in this process (see :mod:`tilewise.worker`).
 ``tilewise serve`` runs the API (uvicorn, in this process) and N worker processes that it
 supervises: a worker that dies is started again; SIGTERM or SIGINT stops the API, then asks
 every worker to stop (each finishes its trial in flight and hands its job back), then exits.
@@ -24,12 +24,12 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 if TYPE_CHECKING:
-    from tuner.settings import Settings
+    from tilewise.settings import Settings
 
-log = logging.getLogger("tuner.serve")
+log = logging.getLogger("tilewise.serve")
 
 #: The app factory `serve` runs: ``create_app(settings) -> FastAPI``.
-DEFAULT_APP = "api.app:create_app"
+DEFAULT_APP = "tilewise.api.app:create_app"
 
 #: A worker that dies sooner than this after its start is restarted after a growing delay.
 QUICK_DEATH_S = 10.0
@@ -52,7 +52,7 @@ def service_settings(settings: "Settings", host: str) -> "Settings":
     Raises:
         ConfigError: ``host`` is not a loopback address and no API token is set.
     """
-    from tuner.errors import ConfigError
+    from tilewise.errors import ConfigError
 
     if settings.api_token:
         # Tokens are required whenever one is set; dev mode never leaves loopback.
@@ -67,7 +67,7 @@ def service_settings(settings: "Settings", host: str) -> "Settings":
 
 
 def load_app_factory(spec: str) -> Callable[["Settings"], Any]:
-    from tuner.errors import ConfigError
+    from tilewise.errors import ConfigError
 
     module_name, _, attr = spec.partition(":")
     try:
@@ -109,7 +109,7 @@ class WorkerPool:
         cmd = [
             sys.executable,
             "-m",
-            "tuner.cli",
+            "tilewise.cli",
             "worker",
             "--target",
             self.target,
@@ -189,8 +189,8 @@ def _configure_logging() -> None:
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to `app`."""
-    # tuner.cli calls this at the end of its import: its helpers exist by then.
-    from tuner.cli import DbOpt, TargetOpt, _fail, _settings, err
+    # tilewise.cli calls this at the end of its import: its helpers exist by then.
+    from tilewise.cli import DbOpt, TargetOpt, _fail, _settings, err
 
     @app.command("worker")
     def worker(
@@ -216,8 +216,8 @@ def register(app: typer.Typer) -> None:
         On SIGTERM or SIGINT the trial in flight completes, then the job is finished (budget
         spent) or handed back to the queue for another worker; the exit code is 0.
         """
-        from tuner.errors import TilewiseError
-        from tuner.worker import Worker, block_stop_signals, stop_on_signals
+        from tilewise.errors import TilewiseError
+        from tilewise.worker import Worker, block_stop_signals, stop_on_signals
 
         _configure_logging()
         # Before any thread or child process exists: they inherit the blocked signals, and a
@@ -255,8 +255,8 @@ def register(app: typer.Typer) -> None:
         app_factory: Annotated[str, typer.Option("--app", hidden=True)] = DEFAULT_APP,
     ) -> None:
         """Run the REST API and local workers on one database (default: the SQLite file)."""
-        from tuner import store
-        from tuner.errors import TilewiseError
+        from tilewise import store
+        from tilewise.errors import TilewiseError
 
         _configure_logging()
         try:

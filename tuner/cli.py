@@ -18,9 +18,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from typer.exceptions import TyperException
 
-from tuner.errors import InputError, TilewiseError
-from tuner.settings import Settings, get_settings
-from tuner.types import Shape
+from tilewise.errors import InputError, TilewiseError
+from tilewise.settings import Settings, get_settings
+from tilewise.types import Shape
 
 app = typer.Typer(
     add_completion=False,
@@ -59,8 +59,8 @@ def _settings(db: str | None) -> Settings:
 
 
 def _workload_inputs(op: str, shape: str, dtype: str, target: str, settings: Settings):  # type: ignore[no-untyped-def]
-    from kernels.ops import get_op
-    from kernels.targets import get_target
+    from tilewise.kernels.ops import get_op
+    from tilewise.kernels.targets import get_target
 
     spec = get_op(op)
     parsed = spec.validate_shape(Shape.parse(shape), max_elements=settings.max_elements)
@@ -70,8 +70,8 @@ def _workload_inputs(op: str, shape: str, dtype: str, target: str, settings: Set
 @app.command()
 def ops(as_json: JsonOpt = False) -> None:
     """List the ops with their dims, dtypes and tunables."""
-    from kernels.ops import list_ops
-    from kernels.targets import twin_target
+    from tilewise.kernels.ops import list_ops
+    from tilewise.kernels.targets import twin_target
 
     target = twin_target()
     rows: list[dict[str, Any]] = []
@@ -140,7 +140,7 @@ def tune(
         if not predict:
             # Checked before the database is opened: the Tuner met an unknown strategy only
             # after creating it (found by the CLI fuzz test).
-            from tuner.search._strategies import STRATEGIES
+            from tilewise.search._strategies import STRATEGIES
 
             if strategy not in STRATEGIES:
                 raise InputError(
@@ -154,9 +154,9 @@ def tune(
                 f"target {profile.name} needs the ascend backend, which is not available in this "
                 "build; tune on cpu-twin (its on-chip sizes are those of Ascend910B1)"
             )
-        from kernels.backends import create_backend
-        from tuner import store
-        from tuner.search import Budget, Tuner
+        from tilewise import store
+        from tilewise.kernels.backends import create_backend
+        from tilewise.search import Budget, Tuner
 
         db_handle = store.open_store(settings.db_url)
         backend = create_backend(profile.backend)
@@ -246,7 +246,7 @@ def _tune_predict(
     spec: Any, shape: Shape, dtype: str, profile: Any, *, top: int, seed: int | None, as_json: bool
 ) -> None:
     """Rank tilings by the cost model. Nothing is measured and nothing is stored."""
-    from kernels.backends._ascend.cost_model import rank
+    from tilewise.kernels.backends._ascend.cost_model import rank
 
     if profile.backend != "ascend":
         raise InputError("--predict models Ascend targets; pick one, e.g. --target ascend910b1")
@@ -290,9 +290,9 @@ def _tune_predict(
 def _tune_replay(
     space: str | None, *, budget: int, seed: int | None, strategy: str, as_json: bool
 ) -> None:
-    from tuner.search._bench import search_space_of
-    from tuner.search._replay import ReplaySpace, replay_search
-    from tuner.search._strategies import make_sampler
+    from tilewise.search._bench import search_space_of
+    from tilewise.search._replay import ReplaySpace, replay_search
+    from tilewise.search._strategies import make_sampler
 
     try:
         if space is None:
@@ -337,8 +337,8 @@ def show(
     as_json: JsonOpt = False,
 ) -> None:
     """Show the stored best tiling of a workload."""
-    from tuner import store
-    from tuner.types import Workload
+    from tilewise import store
+    from tilewise.types import Workload
 
     settings = _settings(db)
     try:
@@ -405,7 +405,7 @@ def _missing_sqlite_file(url: str) -> bool:
 @db_app.command("upgrade")
 def db_upgrade(db: DbOpt = None) -> None:
     """Migrate the database schema to the newest revision."""
-    from tuner import store
+    from tilewise import store
 
     settings = _settings(db)
     try:
@@ -417,7 +417,7 @@ def db_upgrade(db: DbOpt = None) -> None:
 
 def _register_commands() -> None:
     # Command groups live in their own modules so each stays small; they share `app`.
-    from tuner import _cli_bench, _cli_check, _cli_export, _cli_service
+    from tilewise import _cli_bench, _cli_check, _cli_export, _cli_service
 
     _cli_bench.register(app)
     _cli_check.register(app)

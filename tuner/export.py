@@ -1,7 +1,7 @@
 """Tiling tables out of the database: a versioned JSON document and a C header.
 
 The JSON document (``FORMAT`` at ``FORMAT_VERSION``) is what ``tilewise export --format json``
-writes, what ``GET /v1/tables/{op}`` serves and what :mod:`tuner.runtime` loads::
+writes, what ``GET /v1/tables/{op}`` serves and what :mod:`tilewise.runtime` loads::
 
     {
       "format": "tilewise.tilings",
@@ -42,9 +42,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from tuner import __version__
-from tuner.errors import InputError
-from tuner.types import DTYPES, MAX_DIM, Shape, Tiling, Workload
+from tilewise import __version__
+from tilewise.errors import InputError
+from tilewise.types import DTYPES, MAX_DIM, Shape, Tiling, Workload
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
@@ -138,7 +138,7 @@ def table_document(
     Raises:
         InputError: unknown op, target or dtype.
     """
-    from tuner.store import best_tilings
+    from tilewise.store import best_tilings
 
     op, target, dtype = canonical_filters(op, target, dtype)
     rows = best_tilings(session, op=op, target=target, dtype=dtype)
@@ -170,8 +170,8 @@ def table_document(
 def canonical_filters(
     op: str | None, target: str | None, dtype: str | None
 ) -> tuple[str | None, str | None, str | None]:
-    from kernels.ops import get_op
-    from kernels.targets import get_target
+    from tilewise.kernels.ops import get_op
+    from tilewise.kernels.targets import get_target
 
     if op is not None:
         spec = get_op(op)
@@ -352,8 +352,8 @@ def render_header(doc: Mapping[str, Any], *, op: str) -> str:
         TableFormatError: ``doc`` is not a valid document.
         InputError: unknown op, or entries whose tiling fields are not the op's tunables.
     """
-    from kernels.ops import get_op
-    from kernels.targets import get_target
+    from tilewise.kernels.ops import get_op
+    from tilewise.kernels.targets import get_target
 
     spec = get_op(op)
     loaded = load_entries(doc, source="tiling table")
@@ -388,7 +388,7 @@ def render_header(doc: Mapping[str, Any], *, op: str) -> str:
                 raise InputError(f"{op}: entry shape {e.shape} does not have the dims {dims}")
             spec.validate_shape(e.shape)
     if fields is None:
-        from kernels.targets import twin_target
+        from tilewise.kernels.targets import twin_target
 
         unit = Shape({d: 1024 for d in dims})
         fields = [t.name for t in spec.tunables(unit, spec.dtypes[0], twin_target())]
@@ -426,7 +426,7 @@ def render_header(doc: Mapping[str, Any], *, op: str) -> str:
  * Nearest: the smallest sum over dims of |log2(asked) - log2(tuned)|, where a dim whose least
  * value is 0 counts as log2(1 + value); ties go to the smaller tuned shape in
  * ({", ".join(dims)}) order. The same rule as tilewise's Python runtime
- * (tuner.runtime), with one difference: Python also checks the candidate tiling against the
+ * (tilewise.runtime), with one difference: Python also checks the candidate tiling against the
  * op's validity rules and on-chip memory limits for the asked shape, and walks on to the next
  * nearest entry (then to the default heuristic) when it fails. Those checks live in the op spec
  * and cannot be precomputed for shapes never seen, so this header does not make them: validate

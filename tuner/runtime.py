@@ -15,7 +15,7 @@ The fallback order, and the ``source`` each rule answers with:
    (``OpSpec.check``). Distance: the sum over dims of ``|log2(asked) - log2(tuned)|`` (for a dim
    that may be 0, such as a padding, of ``log2(1 + value)``: ``OpSpec.log_position``); ties go
    to the smaller tuned shape in the op's dims order. At most ``max_candidates`` entries are
-   checked, nearest first. The C header (:func:`tuner.export.render_header`) uses the same
+   checked, nearest first. The C header (:func:`tilewise.export.render_header`) uses the same
    distance and ties but cannot make the checks.
 3. ``default``: the op's hand-written heuristic (``OpSpec.default_tiling``).
 
@@ -45,11 +45,11 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from kernels.ops import OpSpec, get_op
-from kernels.targets import TargetProfile, get_target
-from tuner.errors import InputError, StoreError, TilewiseError
-from tuner.export import Loaded, TableEntry, load_entries, parse_table
-from tuner.types import Shape, Tiling, Workload
+from tilewise.errors import InputError, StoreError, TilewiseError
+from tilewise.export import Loaded, TableEntry, load_entries, parse_table
+from tilewise.kernels.ops import OpSpec, get_op
+from tilewise.kernels.targets import TargetProfile, get_target
+from tilewise.types import Shape, Tiling, Workload
 
 if TYPE_CHECKING:
     import httpx
@@ -136,7 +136,7 @@ class TilingTable:
         rejected: Iterable[str] = (),
         source: str = "tiling table",
     ) -> None:
-        """Index ``entries`` (validated :class:`~tuner.export.TableEntry` values).
+        """Index ``entries`` (validated :class:`~tilewise.export.TableEntry` values).
 
         ``rejected`` names entries a loader already left out (:attr:`Loaded.rejected`); they
         are counted as ``"invalid entry"``. ``source`` names the file, URL or database in the
@@ -234,7 +234,7 @@ class TilingTable:
     def from_document(
         cls, doc: object, *, source: str = "tiling table", **options: int
     ) -> TilingTable:
-        """From a decoded JSON document (validated; see :mod:`tuner.export`).
+        """From a decoded JSON document (validated; see :mod:`tilewise.export`).
 
         Raises:
             TableFormatError: the document as a whole is not a valid table.
@@ -312,8 +312,8 @@ class TilingTable:
         Raises:
             StoreError, SchemaError: the database cannot be used.
         """
-        from tuner.export import table_document
-        from tuner.store import open_store
+        from tilewise.export import table_document
+        from tilewise.store import open_store
 
         store = open_store(url, create=False)
         try:

@@ -13,7 +13,7 @@ from pathlib import Path
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from tuner.errors import ConfigError
+from tilewise.errors import ConfigError
 
 
 def _data_home() -> Path:
@@ -120,7 +120,7 @@ class Settings(BaseSettings):
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
     """The process's settings; a bad value in the environment or ``.env`` is a
-    :class:`~tuner.errors.ConfigError` naming the variable, not a pydantic traceback."""
+    :class:`~tilewise.errors.ConfigError` naming the variable, not a pydantic traceback."""
     try:
         return Settings()
     except ValidationError as exc:

@@ -8,7 +8,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tuner.errors import InputError
+from tilewise.errors import InputError
 
 DTYPES: tuple[str, ...] = ("float32", "float16")
 DTYPE_BYTES: dict[str, int] = {"float32": 4, "float16": 2}

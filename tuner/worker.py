@@ -15,7 +15,7 @@ recorded.
 
 Assisting: a worker that finds no job to claim joins a running job of its target (the one with
 the most evaluations left, with fewer than ``max_assistants_per_job`` assistants), registered
-in ``tw_job_assists`` (:func:`tuner.store.assist_job`). An assistant does not take the lease and
+in ``tw_job_assists`` (:func:`tilewise.store.assist_job`). An assistant does not take the lease and
 never finishes the job: it tunes the job's study (the tuners share it as any tuners of one
 workload do, skipping tilings recorded or being measured elsewhere) until the job is no longer
 running, its budget is spent, or the assistant is asked to stop. The holder re-measures and
@@ -23,8 +23,8 @@ stores the winner when the budget is spent, by whoever spent it.
 
 Budget accounting: a record carries the job's id only if, in the record's own transaction with
 the job row locked, the job is running, its writer holds or assists it, and (for an evaluation)
-the job has spent less than its budget (:func:`tuner.store.may_tag_record`). So a job's spent
-evaluations are exactly its records (:func:`tuner.store.job_evaluations`), never more than its
+the job has spent less than its budget (:func:`tilewise.store.may_tag_record`). So a job's spent
+evaluations are exactly its records (:func:`tilewise.store.job_evaluations`), never more than its
 budget, and a job claimed again resumes with ``budget_evals`` minus those. The new worker's
 tuner sees every earlier record and never measures a tiling again.
 """
@@ -40,17 +40,17 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from tuner import store
-from tuner.errors import InputError, StoreError, TilewiseError
-from tuner.settings import Settings
-from tuner.store import JobRow, JobStatus, WorkerStatus
+from tilewise import store
+from tilewise.errors import InputError, StoreError, TilewiseError
+from tilewise.settings import Settings
+from tilewise.store import JobRow, JobStatus, WorkerStatus
 
 if TYPE_CHECKING:
-    from kernels.backends import Backend
-    from kernels.ops import OpSpec
-    from kernels.targets import TargetProfile
-    from tuner.search import Progress, Tuner, TuneResult
-    from tuner.types import Shape
+    from tilewise.kernels.backends import Backend
+    from tilewise.kernels.ops import OpSpec
+    from tilewise.kernels.targets import TargetProfile
+    from tilewise.search import Progress, Tuner, TuneResult
+    from tilewise.types import Shape
 
 log = logging.getLogger(__name__)
 
@@ -104,8 +104,8 @@ def job_inputs(workload: store.WorkloadRow, *, settings: Settings) -> JobInputs:
         JobError: the op, dtype or target is unknown, the shape is not valid for the op, or the
             op changed since the job was queued (its version differs).
     """
-    from kernels.ops import get_op
-    from kernels.targets import get_target
+    from tilewise.kernels.ops import get_op
+    from tilewise.kernels.targets import get_target
 
     try:
         spec = get_op(workload.op)
@@ -148,7 +148,7 @@ class Worker:
         exit_when_idle: bool = False,
         parent_pid: int | None = None,
     ) -> None:
-        from kernels.targets import get_target
+        from tilewise.kernels.targets import get_target
 
         self.settings = settings
         self.target = get_target(target)
@@ -165,7 +165,7 @@ class Worker:
         self._own_backend = backend is None
         try:
             if backend is None:
-                from kernels.backends import create_backend
+                from tilewise.kernels.backends import create_backend
 
                 backend = create_backend(
                     self.target.backend,
@@ -339,7 +339,7 @@ class Worker:
 
     def _tuner(self, job: JobRow) -> Tuner:
         """A tuner of the job's workload whose records are tagged with the job."""
-        from tuner.search import JobTag, Tuner
+        from tilewise.search import JobTag, Tuner
 
         with self.db.session() as s:
             workload = store.get_workload(s, workload_id=job.workload_id)
@@ -363,7 +363,7 @@ class Worker:
         return tuner
 
     def _tune(self, held: _Held) -> None:
-        from tuner.search import Budget
+        from tilewise.search import Budget
 
         job = held.job
         if job.attempts > MAX_ATTEMPTS:
@@ -406,7 +406,7 @@ class Worker:
     def _assist(self) -> bool:
         """Assist a running job of this worker's target until it needs no more help; False if
         no job needs one."""
-        from tuner.search import Budget
+        from tilewise.search import Budget
 
         if self.settings.max_assistants_per_job < 1 or self.stopping:
             return False

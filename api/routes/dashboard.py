@@ -8,8 +8,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
 
-from api import views
-from api.deps import SessionDep
+from tilewise.api import views
+from tilewise.api.deps import SessionDep
 
 router = APIRouter(tags=["dashboard"], include_in_schema=False)
 templates = Jinja2Templates(directory=Path(__file__).resolve().parent.parent / "templates")

@@ -6,11 +6,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Response, status
 
-from api import jobs
-from api.deps import SessionDep, TuneRequestDep, WriteAuth, blame
-from api.schemas import JobList, JobPublic, TunedPublic
-from kernels.ops import get_op
-from tuner.store import JobStatus
+from tilewise.api import jobs
+from tilewise.api.deps import SessionDep, TuneRequestDep, WriteAuth, blame
+from tilewise.api.schemas import JobList, JobPublic, TunedPublic
+from tilewise.kernels.ops import get_op
+from tilewise.store import JobStatus
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 

@@ -6,10 +6,10 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from api.analysis import analyse
-from api.deps import OpDep, SpaceQueryDep, WorkloadQueryDep
-from api.schemas import AnalysisPublic, OpDetail, OpPublic, TunablePublic
-from kernels.ops import OpSpec, list_ops
+from tilewise.api.analysis import analyse
+from tilewise.api.deps import OpDep, SpaceQueryDep, WorkloadQueryDep
+from tilewise.api.schemas import AnalysisPublic, OpDetail, OpPublic, TunablePublic
+from tilewise.kernels.ops import OpSpec, list_ops
 
 router = APIRouter(prefix="/v1/ops", tags=["ops"])
 

@@ -6,12 +6,12 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response
 
-from api.deps import SessionDep, StoreDep
-from api.metrics import CONTENT_TYPE, Metrics
-from api.schemas import HealthPublic, TargetPublic, WorkerPublic
-from kernels.targets import list_targets
-from tuner import store
-from tuner.errors import SchemaError
+from tilewise import store
+from tilewise.api.deps import SessionDep, StoreDep
+from tilewise.api.metrics import CONTENT_TYPE, Metrics
+from tilewise.api.schemas import HealthPublic, TargetPublic, WorkerPublic
+from tilewise.errors import SchemaError
+from tilewise.kernels.targets import list_targets
 
 router = APIRouter(tags=["service"])
 

@@ -7,9 +7,9 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
-from api.deps import LookupDep, OpDep, SessionDep, TableFiltersDep, WorkloadQueryDep
-from api.schemas import LookupPublic, WorkloadPublic
-from tuner.export import render_header, table_document
+from tilewise.api.deps import LookupDep, OpDep, SessionDep, TableFiltersDep, WorkloadQueryDep
+from tilewise.api.schemas import LookupPublic, WorkloadPublic
+from tilewise.export import render_header, table_document
 
 router = APIRouter(prefix="/v1", tags=["tilings"])
 
@@ -41,7 +41,7 @@ def all_tables(
     filters: TableFiltersDep,
     format: Annotated[Literal["json"], Query()] = "json",
 ) -> JSONResponse:
-    """Every op's tiling table as one JSON document (what ``tuner.runtime`` loads)."""
+    """Every op's tiling table as one JSON document (what ``tilewise.runtime`` loads)."""
     return JSONResponse(
         table_document(session, op=None, target=filters.target, dtype=filters.dtype)
     )

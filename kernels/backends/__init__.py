@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import importlib
 
-from kernels.backends._base import Backend, BuildLimits, BuildResult, MeasureOptions, RunResult
-from kernels.targets import TargetProfile
-from tuner.errors import InputError
-from tuner.settings import Settings
+from tilewise.errors import InputError
+from tilewise.kernels.backends._base import (
+    Backend,
+    BuildLimits,
+    BuildResult,
+    MeasureOptions,
+    RunResult,
+)
+from tilewise.kernels.targets import TargetProfile
+from tilewise.settings import Settings
 
 __all__ = [
     "BACKENDS",
@@ -21,8 +27,8 @@ __all__ = [
 
 #: backend name -> "module:class", imported only when asked for.
 BACKENDS: dict[str, str] = {
-    "cpu-twin": "kernels.backends._cpu_twin:CpuTwinBackend",
-    "ascend": "kernels.backends._ascend.backend:AscendBackend",
+    "cpu-twin": "tilewise.kernels.backends._cpu_twin:CpuTwinBackend",
+    "ascend": "tilewise.kernels.backends._ascend.backend:AscendBackend",
 }
 
 

@@ -19,7 +19,7 @@ backends may exist in one process. It has two separate stages:
 Failures are data, never exceptions: a compile error is ``BuildResult(ok=False, error=...)``; a
 crash, hang, twin API violation or wrong answer is a ``RunResult`` whose ``status`` says which
 (``crashed``, ``timeout``, ``wrong``) and whose ``error`` says why. A backend raises only
-:class:`~tuner.errors.BackendError`, when it cannot work at all (e.g. no compiler or toolkit),
+:class:`~tilewise.errors.BackendError`, when it cannot work at all (e.g. no compiler or toolkit),
 with a message that says what to install.
 """
 
@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kernels.ops import OpSpec
-from kernels.targets import TargetProfile
-from tuner.types import Shape, Tiling
+from tilewise.kernels.ops import OpSpec
+from tilewise.kernels.targets import TargetProfile
+from tilewise.types import Shape, Tiling
 
 
 @dataclass(frozen=True)

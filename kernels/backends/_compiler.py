@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from tuner.errors import ConfigError
+from tilewise.errors import ConfigError
 
 # Newest first: clang 15+ accepts _Float16 on x86 and prints regalloc spill remarks.
 _CLANGS = (

@@ -14,15 +14,20 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kernels.backends._base import Backend, BuildResult, MeasureOptions, RunResult
-from kernels.backends._compiler import Compiler, count_loop_spills, find_compiler, max_stack_frame
-from kernels.backends._problem import Problem
-from kernels.backends._runner import RunnerCrashed, RunnerProcess, RunnerTimeout
-from kernels.ops import OpSpec
-from kernels.targets import TargetProfile, twin_target
-from tuner.errors import BackendError
-from tuner.settings import Settings, get_settings
-from tuner.types import Shape, Tiling
+from tilewise.errors import BackendError
+from tilewise.kernels.backends._base import Backend, BuildResult, MeasureOptions, RunResult
+from tilewise.kernels.backends._compiler import (
+    Compiler,
+    count_loop_spills,
+    find_compiler,
+    max_stack_frame,
+)
+from tilewise.kernels.backends._problem import Problem
+from tilewise.kernels.backends._runner import RunnerCrashed, RunnerProcess, RunnerTimeout
+from tilewise.kernels.ops import OpSpec
+from tilewise.kernels.targets import TargetProfile, twin_target
+from tilewise.settings import Settings, get_settings
+from tilewise.types import Shape, Tiling
 
 log = logging.getLogger(__name__)
 

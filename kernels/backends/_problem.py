@@ -15,8 +15,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from kernels.ops import GmArg, OpSpec
-from tuner.types import Shape
+from tilewise.kernels.ops import GmArg, OpSpec
+from tilewise.types import Shape
 
 INPUT_SEED = 20260522
 

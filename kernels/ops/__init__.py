@@ -4,8 +4,17 @@ from __future__ import annotations
 
 import importlib
 
-from kernels.ops._base import Buffer, Check, Footprint, GmArg, OpSpec, StructField, Traffic, Tunable
-from tuner.errors import InputError
+from tilewise.errors import InputError
+from tilewise.kernels.ops._base import (
+    Buffer,
+    Check,
+    Footprint,
+    GmArg,
+    OpSpec,
+    StructField,
+    Traffic,
+    Tunable,
+)
 
 __all__ = [
     "OPS",
@@ -23,12 +32,12 @@ __all__ = [
 
 #: op name -> module holding its ``SPEC``.
 OPS: dict[str, str] = {
-    "conv_bias_leakyrelu": "kernels.ops.conv_bias_leakyrelu.spec",
-    "layernorm_gelu": "kernels.ops.layernorm_gelu.spec",
-    "linear_add_gelu": "kernels.ops.linear_add_gelu.spec",
-    "scale_relu_dropout": "kernels.ops.scale_relu_dropout.spec",
-    "swiglu": "kernels.ops.swiglu.spec",
-    "swiglu_mlp": "kernels.ops.swiglu_mlp.spec",
+    "conv_bias_leakyrelu": "tilewise.kernels.ops.conv_bias_leakyrelu.spec",
+    "layernorm_gelu": "tilewise.kernels.ops.layernorm_gelu.spec",
+    "linear_add_gelu": "tilewise.kernels.ops.linear_add_gelu.spec",
+    "scale_relu_dropout": "tilewise.kernels.ops.scale_relu_dropout.spec",
+    "swiglu": "tilewise.kernels.ops.swiglu.spec",
+    "swiglu_mlp": "tilewise.kernels.ops.swiglu_mlp.spec",
 }
 
 

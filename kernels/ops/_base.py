@@ -30,9 +30,9 @@ from typing import ClassVar, Literal, NamedTuple
 
 import numpy as np
 
-from kernels.targets import TargetProfile
-from tuner.errors import InputError
-from tuner.types import DTYPE_BYTES, DTYPES, MAX_DIM, Shape, Tiling
+from tilewise.errors import InputError
+from tilewise.kernels.targets import TargetProfile
+from tilewise.types import DTYPE_BYTES, DTYPES, MAX_DIM, Shape, Tiling
 
 MEMORIES: tuple[str, ...] = ("ub", "l1", "l0a", "l0b", "l0c", "bt")
 

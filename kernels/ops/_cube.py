@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from kernels.ops._base import StructField
+from tilewise.kernels.ops._base import StructField
 
 #: CANN 8.x field order: 50 int32 (200 bytes). The layout fields after dbL0C serve batched and
 #: attention matmuls; plain matmuls leave them zero, but they must be there so that whatever

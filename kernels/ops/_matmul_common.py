@@ -4,7 +4,7 @@ The TCubeTiling fields a developer sets by hand are the same for every op built 
 high-level API: the base block, the L1 steps and depths, L0C double buffering and the iteration
 order, plus the epilogue's UB rows. These helpers give their domains, the L1/L0 buffers one
 Matmul object allocates, the rules of the vendor table, the TCubeTiling values (packed by
-``kernels.ops._cube.cube_struct``), the MultiCoreMatmulTiling-like starting block and the
+``tilewise.kernels.ops._cube.cube_struct``), the MultiCoreMatmulTiling-like starting block and the
 epilogue fit.
 """
 
@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from kernels.ops._base import Buffer, Tunable, ceil_div, itemsize, round_up
-from kernels.targets import TargetProfile
-from tuner.types import Tiling
+from tilewise.kernels.ops._base import Buffer, Tunable, ceil_div, itemsize, round_up
+from tilewise.kernels.targets import TargetProfile
+from tilewise.types import Tiling
 
 BASE_MN = (16, 32, 48, 64, 96, 128, 192, 256)
 BASE_K = (8, 16, 32, 64, 128, 256)

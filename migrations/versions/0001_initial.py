@@ -4,7 +4,7 @@ Revision ID: 0001
 Revises:
 Create Date: 2025-01-01 00:00:00
 
-Types are spelled out here rather than imported from tuner.store: a revision must keep
+Types are spelled out here rather than imported from tilewise.store: a revision must keep
 creating the schema it created on the day it was written.
 """
 

@@ -13,14 +13,14 @@ from typing import Any
 
 import uvicorn
 
-from api import create_app
-from kernels.ops import get_op
-from kernels.ops._base import Tunable
-from kernels.targets import get_target
-from tuner import store
-from tuner.settings import Settings
-from tuner.store import Store, WorkloadRow
-from tuner.types import Shape, Tiling, Workload
+from tilewise import store
+from tilewise.api import create_app
+from tilewise.kernels.ops import get_op
+from tilewise.kernels.ops._base import Tunable
+from tilewise.kernels.targets import get_target
+from tilewise.settings import Settings
+from tilewise.store import Store, WorkloadRow
+from tilewise.types import Shape, Tiling, Workload
 
 TOKEN = "s3cret-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

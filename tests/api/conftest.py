@@ -8,10 +8,10 @@ from collections.abc import Iterator
 import pytest
 from fastapi.testclient import TestClient
 
-from api import create_app
 from tests.api._support import make_settings
-from tuner.settings import Settings
-from tuner.store import Store
+from tilewise.api import create_app
+from tilewise.settings import Settings
+from tilewise.store import Store
 
 
 @pytest.fixture

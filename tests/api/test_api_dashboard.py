@@ -7,9 +7,9 @@ import re
 
 from fastapi.testclient import TestClient
 
-from api.charts import Curve, chart, sparkline
 from tests.api._support import AUTH, seed_tuned
-from tuner.store import Store
+from tilewise.api.charts import Curve, chart, sparkline
+from tilewise.store import Store
 
 
 def test_index_lists_best_tilings_and_jobs(client: TestClient, db: Store) -> None:
@@ -52,7 +52,7 @@ def test_workload_page_has_the_curve_and_records(client: TestClient, db: Store) 
 
 
 def test_curve_is_best_so_far_of_ok_search_records(db: Store) -> None:
-    from tuner import store
+    from tilewise import store
 
     seeded = seed_tuned(db, latencies=(40.0, 55.0, 31.0, 33.0, 24.0))
     with store.session_scope(db) as session:
@@ -66,6 +66,6 @@ def test_curve_is_best_so_far_of_ok_search_records(db: Store) -> None:
 
 
 def test_public_surface_is_pinned() -> None:
-    import api
+    from tilewise import api
 
     assert api.__all__ == ["create_app"]

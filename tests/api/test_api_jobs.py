@@ -7,11 +7,11 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
-from kernels.ops import get_op
 from tests.api._support import AUTH, seed_tuned
-from tuner import store
-from tuner.store import Store
-from tuner.types import Shape, Workload
+from tilewise import store
+from tilewise.kernels.ops import get_op
+from tilewise.store import Store
+from tilewise.types import Shape, Workload
 
 BODY: dict[str, Any] = {"op": "scale_relu_dropout", "shape": {"N": 65536}, "budget": 5}
 

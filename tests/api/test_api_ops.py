@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
-from kernels.ops import get_op, list_ops
-from kernels.targets import get_target
-from tuner.types import Shape
+from tilewise.kernels.ops import get_op, list_ops
+from tilewise.kernels.targets import get_target
+from tilewise.types import Shape
 
 
 def test_list_ops(read_client: TestClient) -> None:

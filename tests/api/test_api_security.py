@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from api import create_app
 from tests.api._support import AUTH, TOKEN, make_settings
-from tuner.types import MAX_DIM
+from tilewise.api import create_app
+from tilewise.types import MAX_DIM
 
 BODY: dict[str, Any] = {"op": "scale_relu_dropout", "shape": {"N": 65536}, "budget": 5}
 

@@ -8,12 +8,12 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import sessionmaker
 
-from api import create_app
-from kernels.targets import list_targets
 from tests.api._support import AUTH, make_settings, seed_tuned
-from tuner import store
-from tuner.errors import SchemaError
-from tuner.store import Store, create_engine, migrate
+from tilewise import store
+from tilewise.api import create_app
+from tilewise.errors import SchemaError
+from tilewise.kernels.targets import list_targets
+from tilewise.store import Store, create_engine, migrate
 
 
 def test_targets(read_client: TestClient) -> None:

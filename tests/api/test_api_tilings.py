@@ -1,18 +1,18 @@
-"""/v1/tilings (lookup through tuner.runtime) and /v1/tables (export)."""
+"""/v1/tilings (lookup through tilewise.runtime) and /v1/tables (export)."""
 
 from __future__ import annotations
 
 from fastapi.testclient import TestClient
 
-from api.lookup import LookupCache
-from kernels.ops import get_op
-from kernels.targets import get_target
 from tests.api._support import live_server, seed_tuned
-from tuner.export import FORMAT, FORMAT_VERSION
-from tuner.runtime import TilingTable
-from tuner.settings import Settings
-from tuner.store import Store, open_store
-from tuner.types import Shape
+from tilewise.api.lookup import LookupCache
+from tilewise.export import FORMAT, FORMAT_VERSION
+from tilewise.kernels.ops import get_op
+from tilewise.kernels.targets import get_target
+from tilewise.runtime import TilingTable
+from tilewise.settings import Settings
+from tilewise.store import Store, open_store
+from tilewise.types import Shape
 
 URL = "/v1/tilings/scale_relu_dropout"
 
@@ -103,7 +103,7 @@ def test_tables_bad_filters(client: TestClient) -> None:
 
 
 def test_runtime_loads_from_the_api(settings: Settings) -> None:
-    """tuner.runtime's from_url reads what /v1/tables serves (over real HTTP)."""
+    """tilewise.runtime's from_url reads what /v1/tables serves (over real HTTP)."""
     db = open_store(settings.db_url)
     try:
         seed_tuned(db)

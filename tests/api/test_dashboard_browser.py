@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.api._support import AUTH, live_server, make_settings, seed_tuned
-from tuner.store import open_store
+from tilewise.store import open_store
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "artifacts"

@@ -5,8 +5,14 @@ from pathlib import Path
 
 import pytest
 
-from kernels.targets import BUILTIN, get_target, list_targets, read_platform_ini, twin_target
-from tuner.errors import ConfigError, InputError
+from tilewise.errors import ConfigError, InputError
+from tilewise.kernels.targets import (
+    BUILTIN,
+    get_target,
+    list_targets,
+    read_platform_ini,
+    twin_target,
+)
 
 SAMPLE = Path(__file__).parent / "data" / "Ascend910B2.ini"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kernels.backends._compiler import find_compiler
+from tilewise.kernels.backends._compiler import find_compiler
 
 CASES = Path(__file__).parent / "twin_cases"
 

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from kernels.backends._compiler import find_compiler
-from kernels.backends._cpu_twin import TWIN_DIR, shim_source
-from kernels.ops import get_op, list_ops
-from kernels.ops._base import C_DTYPES
+from tilewise.kernels.backends._compiler import find_compiler
+from tilewise.kernels.backends._cpu_twin import TWIN_DIR, shim_source
+from tilewise.kernels.ops import get_op, list_ops
+from tilewise.kernels.ops._base import C_DTYPES
 
 pytestmark = pytest.mark.slow
 

@@ -20,7 +20,7 @@ from typing import IO
 
 import sqlalchemy as sa
 
-from tuner import store
+from tilewise import store
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -35,7 +35,7 @@ def service_env(twin_cache: Path, **settings: object) -> dict[str, str]:
 
 
 def cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "tuner.cli", *args]
+    return [sys.executable, "-m", "tilewise.cli", *args]
 
 
 class Proc:

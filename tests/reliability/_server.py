@@ -91,7 +91,7 @@ def tilewise_serve(
     if token is not None:
         env["TILEWISE_API_TOKEN"] = token
     env.update(extra_env or {})
-    cmd = [sys.executable, "-m", "tuner.cli", "serve", "--host", "127.0.0.1"]
+    cmd = [sys.executable, "-m", "tilewise.cli", "serve", "--host", "127.0.0.1"]
     cmd += ["--port", str(port), "--workers", str(workers)]
     with log.open("wb") as sink:
         proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=sink, stderr=subprocess.STDOUT)

@@ -25,16 +25,16 @@ import optuna
 import pytest
 from fastapi.testclient import TestClient
 
-from api import create_app
-from kernels.ops import get_op
 from tests.api._support import AUTH, make_settings, seed_tuned
 from tests.reliability._procs import PrivatePostgres, cli, free_port, running, service_env, wait_for
 from tests.reliability._report import record
-from tuner import store
-from tuner.settings import Settings
-from tuner.store import JobStatus, _engine
-from tuner.types import Shape, Workload
-from tuner.worker import Worker
+from tilewise import store
+from tilewise.api import create_app
+from tilewise.kernels.ops import get_op
+from tilewise.settings import Settings
+from tilewise.store import JobStatus, _engine
+from tilewise.types import Shape, Workload
+from tilewise.worker import Worker
 
 pytestmark = pytest.mark.reliability
 

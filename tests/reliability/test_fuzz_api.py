@@ -28,13 +28,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from schemathesis import GenerationMode
 
-from api import create_app
-from kernels.ops import list_ops
 from tests.api._support import AUTH, live_server, make_settings, seed_tuned
 from tests.reliability._report import record
 from tests.reliability._server import pg_database
-from tuner import store
-from tuner.store import open_store
+from tilewise import store
+from tilewise.api import create_app
+from tilewise.kernels.ops import list_ops
+from tilewise.store import open_store
 
 pytestmark = pytest.mark.reliability
 

@@ -4,7 +4,7 @@ the problem, exit code 2, and nothing written (no database, no build cache, no o
 Hypothesis draws command lines with one bad field among valid ones (so the message can be
 checked to name that field), or any mix where every outcome is fine as long as it is clean
 (``show``: "not tuned" or an error; ``check``: a verdict or an error). The commands run
-in-process through the real entry point (``tuner.cli.main``, as the ``tilewise`` script does)
+in-process through the real entry point (``tilewise.cli.main``, as the ``tilewise`` script does)
 with stdout and stderr captured; a few run as real processes too. Terminal width 80: a long
 error must not wrap into two lines for a script that greps it.
 """
@@ -27,14 +27,14 @@ from hypothesis import HealthCheck, Phase, assume, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from kernels.ops import OPS, get_op
-from kernels.targets import list_targets, twin_target
 from tests.reliability._report import record
-from tuner import cli
-from tuner._cli_service import is_loopback
-from tuner.errors import InputError
-from tuner.settings import get_settings
-from tuner.types import DTYPES, MAX_DIM, Shape
+from tilewise import cli
+from tilewise._cli_service import is_loopback
+from tilewise.errors import InputError
+from tilewise.kernels.ops import OPS, get_op
+from tilewise.kernels.targets import list_targets, twin_target
+from tilewise.settings import get_settings
+from tilewise.types import DTYPES, MAX_DIM, Shape
 
 pytestmark = pytest.mark.reliability
 
@@ -540,7 +540,7 @@ def _tilewise_process(root: Path, *args: str | bytes) -> subprocess.CompletedPro
         TILEWISE_CACHE_DIR=str(root / "cache"),
         COLUMNS="40",
     )
-    cmd: list[str | bytes] = [sys.executable, "-m", "tuner.cli", *args]
+    cmd: list[str | bytes] = [sys.executable, "-m", "tilewise.cli", *args]
     return subprocess.run(cmd, env=env, capture_output=True, timeout=120, check=False, cwd=root)
 
 

@@ -23,13 +23,13 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from kernels.ops import OPS, get_op
-from kernels.targets import get_target
 from tests.reliability._report import record
-from tuner.errors import InputError, StoreError
-from tuner.export import FORMAT, FORMAT_VERSION, TableFormatError, dump_document
-from tuner.runtime import TilingTable
-from tuner.types import Shape
+from tilewise.errors import InputError, StoreError
+from tilewise.export import FORMAT, FORMAT_VERSION, TableFormatError, dump_document
+from tilewise.kernels.ops import OPS, get_op
+from tilewise.kernels.targets import get_target
+from tilewise.runtime import TilingTable
+from tilewise.types import Shape
 
 pytestmark = pytest.mark.reliability
 

@@ -18,16 +18,16 @@ from pathlib import Path
 
 import pytest
 
-from kernels.backends import MeasureOptions
-from kernels.backends._cpu_twin import CpuTwinBackend
-from kernels.ops import Tunable
-from kernels.targets import TargetProfile, twin_target
 from tests.kernels.backends.fault_op.spec import FaultOp
 from tests.reliability._report import record
-from tuner import store
-from tuner.search import Budget, Tuner
-from tuner.settings import Settings
-from tuner.types import Shape, Tiling
+from tilewise import store
+from tilewise.kernels.backends import MeasureOptions
+from tilewise.kernels.backends._cpu_twin import CpuTwinBackend
+from tilewise.kernels.ops import Tunable
+from tilewise.kernels.targets import TargetProfile, twin_target
+from tilewise.search import Budget, Tuner
+from tilewise.settings import Settings
+from tilewise.types import Shape, Tiling
 
 pytestmark = [pytest.mark.reliability, pytest.mark.slow]
 

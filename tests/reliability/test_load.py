@@ -29,7 +29,7 @@ from sqlalchemy.engine import Engine
 from tests.api._support import AUTH, TOKEN, seed_tuned
 from tests.reliability._report import record
 from tests.reliability._server import Served, pg_database, tilewise_serve
-from tuner.store import open_store
+from tilewise.store import open_store
 
 pytestmark = [pytest.mark.reliability, pytest.mark.slow]
 

@@ -19,13 +19,13 @@ import sqlalchemy as sa
 from alembic.script import ScriptDirectory
 from fastapi.testclient import TestClient
 
-from api import create_app
 from tests.api._support import make_settings
 from tests.reliability._procs import cli, free_port, service_env
 from tests.reliability._report import record
-from tuner import store
-from tuner.errors import SchemaError
-from tuner.store._engine import alembic_config
+from tilewise import store
+from tilewise.api import create_app
+from tilewise.errors import SchemaError
+from tilewise.store._engine import alembic_config
 
 pytestmark = pytest.mark.reliability
 

@@ -32,13 +32,13 @@ from hypothesis import strategies as st
 from sqlalchemy.engine import Engine
 from tests_support import tilewise
 
-from api import create_app
-from kernels.ops import OPS, get_op
-from kernels.targets import get_target, list_targets
 from tests.api._support import AUTH, TOKEN, live_server, make_settings
 from tests.reliability._report import record
 from tests.reliability._server import Served, pg_database, tilewise_serve
-from tuner.types import DTYPES, MAX_DIM, Shape, Tiling
+from tilewise.api import create_app
+from tilewise.kernels.ops import OPS, get_op
+from tilewise.kernels.targets import get_target, list_targets
+from tilewise.types import DTYPES, MAX_DIM, Shape, Tiling
 
 pytestmark = pytest.mark.reliability
 

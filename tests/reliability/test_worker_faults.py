@@ -23,8 +23,6 @@ import optuna
 import pytest
 import sqlalchemy as sa
 
-from kernels.ops import get_op
-from kernels.targets import twin_target
 from tests.reliability._procs import (
     Proc,
     cli,
@@ -36,9 +34,11 @@ from tests.reliability._procs import (
     wait_for,
 )
 from tests.reliability._report import record
-from tuner import store
-from tuner.store import JobStatus, WorkerStatus
-from tuner.types import Shape, Tiling, Workload
+from tilewise import store
+from tilewise.kernels.ops import get_op
+from tilewise.kernels.targets import twin_target
+from tilewise.store import JobStatus, WorkerStatus
+from tilewise.types import Shape, Tiling, Workload
 
 pytestmark = [pytest.mark.reliability, pytest.mark.slow]
 

@@ -12,16 +12,16 @@ from typing import Any
 
 import pytest
 
-from kernels.backends import Backend, BuildResult, MeasureOptions, RunResult
-from kernels.ops import OpSpec, get_op
-from kernels.targets import TargetProfile, twin_target
-from tuner import store
-from tuner.search import Budget, JobTag, Progress, Tuner
-from tuner.settings import Settings
-from tuner.store import JobStatus
-from tuner.store._models import utcnow
-from tuner.types import Shape, Tiling, Workload
-from tuner.worker import Worker
+from tilewise import store
+from tilewise.kernels.backends import Backend, BuildResult, MeasureOptions, RunResult
+from tilewise.kernels.ops import OpSpec, get_op
+from tilewise.kernels.targets import TargetProfile, twin_target
+from tilewise.search import Budget, JobTag, Progress, Tuner
+from tilewise.settings import Settings
+from tilewise.store import JobStatus
+from tilewise.store._models import utcnow
+from tilewise.types import Shape, Tiling, Workload
+from tilewise.worker import Worker
 
 OP = "scale_relu_dropout"
 
@@ -62,7 +62,7 @@ class SlowTwin(Backend):
     name = "cpu-twin"
 
     def __init__(self, settings: Settings, delay_s: float) -> None:
-        from kernels.backends._cpu_twin import CpuTwinBackend
+        from tilewise.kernels.backends._cpu_twin import CpuTwinBackend
 
         self.inner = CpuTwinBackend(settings)
         self.delay_s = delay_s

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from kernels.backends import Backend, BuildResult, MeasureOptions, RunResult
-from kernels.ops import OpSpec
-from kernels.targets import TargetProfile
-from tuner import _bench_kernels as bk
-from tuner.errors import InputError
-from tuner.settings import Settings
-from tuner.types import Shape, Tiling
+from tilewise import _bench_kernels as bk
+from tilewise.errors import InputError
+from tilewise.kernels.backends import Backend, BuildResult, MeasureOptions, RunResult
+from tilewise.kernels.ops import OpSpec
+from tilewise.kernels.targets import TargetProfile
+from tilewise.settings import Settings
+from tilewise.types import Shape, Tiling
 
 
 class StubBackend(Backend):
@@ -134,6 +134,6 @@ def test_rounds_visit_every_contender_in_turn_and_keep_the_median() -> None:
 
 def test_the_cli_default_budget_is_the_benchmarks() -> None:
     # The CLI spells the default out (its start-up must not import numpy): keep the two equal.
-    from tuner._cli_bench import kernels
+    from tilewise._cli_bench import kernels
 
     assert inspect.signature(kernels).parameters["budget"].default == bk.DEFAULT_BUDGET

@@ -113,7 +113,7 @@ def test_cli_import_starts_no_numpy() -> None:
     # numpy starts threads on import; `tilewise worker` must block its stop signals before
     # any thread exists, so the CLI module must not pull numpy in at load.
     done = subprocess.run(
-        [sys.executable, "-c", "import sys, tuner.cli; print('numpy' in sys.modules)"],
+        [sys.executable, "-c", "import sys, tilewise.cli; print('numpy' in sys.modules)"],
         capture_output=True,
         text=True,
         check=True,

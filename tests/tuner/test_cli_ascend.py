@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from tests_support import tilewise
 
-from kernels.ops import get_op
-from kernels.targets import get_target
-from tuner.types import Shape
+from tilewise.kernels.ops import get_op
+from tilewise.kernels.targets import get_target
+from tilewise.types import Shape
 
 SHAPE = "M=1024,N=1024,K=1024"
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from kernels.ops import get_op
-from tuner import store
-from tuner.store import JobStatus
-from tuner.types import Shape, Workload
+from tilewise import store
+from tilewise.kernels.ops import get_op
+from tilewise.store import JobStatus
+from tilewise.types import Shape, Workload
 
 OP = "scale_relu_dropout"
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,7 +36,7 @@ def _workers(url: str, twin_cache: Path, count: int) -> list[subprocess.Complete
         TILEWISE_POLL_S="0.2",
         TILEWISE_DB_URL=url,
     )
-    cmd = [sys.executable, "-m", "tuner.cli", "worker", "--exit-when-idle"]
+    cmd = [sys.executable, "-m", "tilewise.cli", "worker", "--exit-when-idle"]
     procs = [
         subprocess.Popen(
             [*cmd, "--device", str(i)], env=env, cwd=ROOT, stderr=subprocess.PIPE, text=True
@@ -115,8 +115,8 @@ def test_api_and_two_worker_processes_on_postgres(pg_url: str, twin_cache: Path)
     results read back through the API."""
     from fastapi.testclient import TestClient
 
-    from api import create_app
-    from tuner.settings import Settings
+    from tilewise.api import create_app
+    from tilewise.settings import Settings
 
     settings = Settings(_env_file=None, db_url=pg_url, api_token="t0ken", dev_mode=False)  # type: ignore[call-arg]
     auth = {"Authorization": "Bearer t0ken"}

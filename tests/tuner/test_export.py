@@ -1,5 +1,5 @@
-"""tuner.export and `tilewise export`: the JSON document from the database, the C header compiled
-by the system compiler and answering as tuner.runtime does."""
+"""tilewise.export and `tilewise export`: the JSON document from the database, the C header compiled
+by the system compiler and answering as tilewise.runtime does."""
 
 from __future__ import annotations
 
@@ -16,11 +16,9 @@ from typing import Any
 
 import pytest
 
-from kernels.ops import get_op
-from kernels.targets import get_target
-from tuner import store as st
-from tuner.errors import InputError
-from tuner.export import (
+from tilewise import store as st
+from tilewise.errors import InputError
+from tilewise.export import (
     FORMAT,
     FORMAT_VERSION,
     TableFormatError,
@@ -28,8 +26,10 @@ from tuner.export import (
     render_header,
     table_document,
 )
-from tuner.runtime import TilingTable
-from tuner.types import Shape, Tiling, Workload
+from tilewise.kernels.ops import get_op
+from tilewise.kernels.targets import get_target
+from tilewise.runtime import TilingTable
+from tilewise.types import Shape, Tiling, Workload
 
 DRIVER = Path(__file__).parent / "header_driver" / "driver.c"
 LAG = get_op("linear_add_gelu")
@@ -160,7 +160,7 @@ def test_table_document_checks_filters(
 def tilewise(*args: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, HOME=str(tmp_path), XDG_DATA_HOME=str(tmp_path / "data"), COLUMNS="200")
     return subprocess.run(
-        [sys.executable, "-m", "tuner.cli", *args],
+        [sys.executable, "-m", "tilewise.cli", *args],
         env=env,
         capture_output=True,
         text=True,

@@ -1,4 +1,4 @@
-"""tuner.runtime: loading tiling tables and answering lookups exact / nearest / default."""
+"""tilewise.runtime: loading tiling tables and answering lookups exact / nearest / default."""
 
 from __future__ import annotations
 
@@ -14,19 +14,19 @@ import httpx
 import numpy as np
 import pytest
 
-from kernels.ops import get_op
-from kernels.targets import get_target
-from tuner import store as st
-from tuner.errors import InputError, StoreError
-from tuner.export import (
+from tilewise import store as st
+from tilewise.errors import InputError, StoreError
+from tilewise.export import (
     FORMAT,
     FORMAT_VERSION,
     TableFormatError,
     dump_document,
     parse_table,
 )
-from tuner.runtime import Answer, TilingTable, _nearest_first
-from tuner.types import Shape, Tiling, Workload
+from tilewise.kernels.ops import get_op
+from tilewise.kernels.targets import get_target
+from tilewise.runtime import Answer, TilingTable, _nearest_first
+from tilewise.types import Shape, Tiling, Workload
 
 LAG = get_op("linear_add_gelu")
 SRD = get_op("scale_relu_dropout")
@@ -95,8 +95,8 @@ def ask(table: TilingTable, shape: dict[str, int], **kw: str) -> Answer:
 
 def test_import_is_light() -> None:
     code = (
-        "import sys, tuner.runtime\n"
-        "t = tuner.runtime.TilingTable([])\n"
+        "import sys, tilewise.runtime\n"
+        "t = tilewise.runtime.TilingTable([])\n"
         "t.lookup('scale_relu_dropout', target='cpu-twin', dtype='float32', shape={'N': 4096})\n"
         "print(sorted(m for m in ('optuna', 'fastapi', 'sqlalchemy') if m in sys.modules))"
     )

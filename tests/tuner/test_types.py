@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from tuner.errors import InputError
-from tuner.types import Shape, Tiling, Workload
+from tilewise.errors import InputError
+from tilewise.types import Shape, Tiling, Workload
 
 
 def test_shape_parse_round_trip() -> None:

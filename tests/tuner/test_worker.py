@@ -18,15 +18,15 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from kernels.backends import Backend, BuildResult, MeasureOptions, RunResult
-from kernels.ops import OpSpec, get_op
-from kernels.targets import TargetProfile, get_target, twin_target
-from tuner import store
-from tuner.search import Budget, JobTag, Progress, Tuner
-from tuner.settings import Settings
-from tuner.store import JobStatus, WorkerStatus
-from tuner.types import Shape, Tiling, Workload
-from tuner.worker import Worker
+from tilewise import store
+from tilewise.kernels.backends import Backend, BuildResult, MeasureOptions, RunResult
+from tilewise.kernels.ops import OpSpec, get_op
+from tilewise.kernels.targets import TargetProfile, get_target, twin_target
+from tilewise.search import Budget, JobTag, Progress, Tuner
+from tilewise.settings import Settings
+from tilewise.store import JobStatus, WorkerStatus
+from tilewise.types import Shape, Tiling, Workload
+from tilewise.worker import Worker
 
 OP = "scale_relu_dropout"
 ROOT = Path(__file__).resolve().parents[2]
@@ -143,7 +143,7 @@ def make_tuner(
 
 
 def test_worker_claims_tunes_and_finishes_a_job(settings: Settings, db: store.Store) -> None:
-    from kernels.backends._cpu_twin import CpuTwinBackend
+    from tilewise.kernels.backends._cpu_twin import CpuTwinBackend
 
     job = queue_job(db, budget=3)
     with CpuTwinBackend(settings) as backend:
@@ -375,7 +375,7 @@ def _env(twin_cache: Path, **extra: str) -> dict[str, str]:
 
 
 def _cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "tuner.cli", *args]
+    return [sys.executable, "-m", "tilewise.cli", *args]
 
 
 def _wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
@@ -509,7 +509,7 @@ def test_serve_runs_the_api_and_supervised_workers(tmp_path: Path, twin_cache: P
     port = _free_port()
     env = _env(twin_cache, PYTHONPATH=f"{tmp_path}{os.pathsep}{ROOT}")
     proc = subprocess.Popen(
-        # The stub stands in for api.app: the API is not what is tested here.
+        # The stub stands in for tilewise.api.app: the API is not what is tested here.
         _cli(
             "serve",
             "--port",

@@ -1,9 +1,9 @@
 """Search: Optuna studies over an op's tunables, with cheap rejections before any compile."""
 
-from tuner.search._replay import ReplayResult, ReplayRun, ReplaySpace, replay_search
-from tuner.search._strategies import STRATEGIES, SearchSpace, make_sampler
-from tuner.search._surrogate import SurrogateSampler
-from tuner.search._tune import (
+from tilewise.search._replay import ReplayResult, ReplayRun, ReplaySpace, replay_search
+from tilewise.search._strategies import STRATEGIES, SearchSpace, make_sampler
+from tilewise.search._surrogate import SurrogateSampler
+from tilewise.search._tune import (
     Budget,
     JobTag,
     Measured,

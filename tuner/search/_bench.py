@@ -1,6 +1,6 @@
 """The search benchmark: strategies against a recorded space, several seeds each.
 
-For every strategy and seed one :func:`~tuner.search._replay.replay_search` runs on the space
+For every strategy and seed one :func:`~tilewise.search._replay.replay_search` runs on the space
 (in-memory Optuna storage); the replay target counts the evaluations. Per strategy the report
 gives the evaluations needed to get within 5% and 1% of the optimum (median and quartiles over
 the seeds; a run that never got there counts as ``budget + 1`` and is counted in ``missed``) and
@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from tuner.errors import InputError
-from tuner.search._replay import ReplayRun, ReplaySpace, replay_search
-from tuner.search._strategies import SearchSpace, make_sampler
+from tilewise.errors import InputError
+from tilewise.search._replay import ReplayRun, ReplaySpace, replay_search
+from tilewise.search._strategies import SearchSpace, make_sampler
 
 CHECKPOINTS: tuple[int, ...] = (25, 50, 100, 200)
 THRESHOLDS: dict[str, float] = {"evals_to_5pct": 0.05, "evals_to_1pct": 0.01}

@@ -28,8 +28,8 @@ from typing import Any, Literal
 import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution
 
-from tuner.errors import InputError
-from tuner.search._strategies import set_constraints
+from tilewise.errors import InputError
+from tilewise.search._strategies import set_constraints
 
 TIME_COLUMN = "time_ms"
 

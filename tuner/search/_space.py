@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from optuna.distributions import BaseDistribution, CategoricalDistribution
 
-from kernels.ops import Tunable
-from tuner.types import Tiling
+from tilewise.kernels.ops import Tunable
+from tilewise.types import Tiling
 
 
 def distributions(tunables: tuple[Tunable, ...]) -> dict[str, BaseDistribution]:

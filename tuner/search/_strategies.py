@@ -17,7 +17,7 @@ from typing import Any
 import optuna
 from optuna.distributions import BaseDistribution
 
-from tuner.errors import ConfigError, InputError
+from tilewise.errors import ConfigError, InputError
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ def _gp(seed: int | None, space: SearchSpace | None) -> optuna.samplers.BaseSamp
 
 
 def _surrogate(seed: int | None, space: SearchSpace | None) -> optuna.samplers.BaseSampler:
-    from tuner.search._surrogate import SurrogateSampler
+    from tilewise.search._surrogate import SurrogateSampler
 
     return SurrogateSampler(space=space, seed=seed)
 
@@ -83,7 +83,7 @@ def _surrogate(seed: int | None, space: SearchSpace | None) -> optuna.samplers.B
 def _surrogate_forest(seed: int | None, space: SearchSpace | None) -> optuna.samplers.BaseSampler:
     # The default before the GP: the forest alone, expected improvement and local steps in
     # turn (kept to show what the GP adds; see the README's search section).
-    from tuner.search._surrogate import SurrogateSampler
+    from tilewise.search._surrogate import SurrogateSampler
 
     return SurrogateSampler(space=space, seed=seed, acquisitions=("ei", "local"))
 
@@ -91,7 +91,7 @@ def _surrogate_forest(seed: int | None, space: SearchSpace | None) -> optuna.sam
 def _surrogate_ei(seed: int | None, space: SearchSpace | None) -> optuna.samplers.BaseSampler:
     # The default before local steps: 15 start-up draws, then the forest's expected
     # improvement alone.
-    from tuner.search._surrogate import SurrogateSampler
+    from tilewise.search._surrogate import SurrogateSampler
 
     return SurrogateSampler(space=space, seed=seed, n_startup=15, acquisitions=("ei",))
 
@@ -100,7 +100,7 @@ def _surrogate_mix(seed: int | None, space: SearchSpace | None) -> optuna.sample
     # The same forest, 10 start-up draws, then expected improvement and the best predicted
     # mean anywhere in turn: greedier than the default's local steps, which pays on small
     # spaces and costs on large rugged ones (see the README's search table).
-    from tuner.search._surrogate import SurrogateSampler
+    from tilewise.search._surrogate import SurrogateSampler
 
     return SurrogateSampler(space=space, seed=seed, n_startup=10, acquisitions=("ei", "mean"))
 

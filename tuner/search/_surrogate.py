@@ -14,7 +14,7 @@ space).
   field away from the best so far (expected improvement when there is none); ``mean``, the best
   predicted time anywhere (greedy); ``parzen``, TPE's good/bad density ratio over the fields,
   which needs no model; ``gp-ei``, ``gp-local`` and ``gp-mean``, the same three from the
-  Gaussian process (``tuner.search._gp``).
+  Gaussian process (``tilewise.search._gp``).
 * The default cycles ``gp-ei``, ``ei``, ``local``. The GP interpolates along tile sizes from
   few evaluations (its length scales say which fields matter), which the forest's axis-aligned
   steps cannot do with ten or twenty points: it carries the first evaluations. The forest copes
@@ -55,8 +55,8 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution
 from optuna.study import Study
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner.search._gp import GaussianProcess
-from tuner.search._strategies import SearchSpace
+from tilewise.search._gp import GaussianProcess
+from tilewise.search._strategies import SearchSpace
 
 Config = tuple[Any, ...]
 

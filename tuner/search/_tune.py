@@ -10,7 +10,7 @@ compile nor a launch:
 
 Every outcome is appended to the records; Optuna sees failures as constraint violations
 (``trial.set_constraint``), so the sampler learns to stay away from them. The sampler is the
-strategy named in the Tuner (``tuner.search._strategies``), told which tilings pass the static
+strategy named in the Tuner (``tilewise.search._strategies``), told which tilings pass the static
 check. The best tilings of the nearest tuned shapes of the op (warm start) and the default tiling
 are measured first, a tiling already measured for the workload is never measured again, and at the
 end the best few and the default are re-measured side by side, in rounds that visit each in
@@ -37,16 +37,16 @@ import optuna
 import sqlalchemy.exc
 from threadpoolctl import threadpool_limits
 
-from kernels.backends import Backend, BuildLimits, BuildResult, MeasureOptions, RunResult
-from kernels.ops import Check, OpSpec
-from kernels.targets import TargetProfile
-from tuner import store
-from tuner.errors import StoreError
-from tuner.search._space import distributions, tiling_from_params
-from tuner.search._strategies import SearchSpace, make_sampler, set_constraints
-from tuner.search._warm import nearest_tuned_tilings
-from tuner.settings import Settings
-from tuner.types import Shape, Tiling, Workload
+from tilewise import store
+from tilewise.errors import StoreError
+from tilewise.kernels.backends import Backend, BuildLimits, BuildResult, MeasureOptions, RunResult
+from tilewise.kernels.ops import Check, OpSpec
+from tilewise.kernels.targets import TargetProfile
+from tilewise.search._space import distributions, tiling_from_params
+from tilewise.search._strategies import SearchSpace, make_sampler, set_constraints
+from tilewise.search._warm import nearest_tuned_tilings
+from tilewise.settings import Settings
+from tilewise.types import Shape, Tiling, Workload
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ class Budget:
 class JobTag:
     """The job a worker's tuner works for: its records carry ``job_id`` while ``worker_id``
     holds or assists the running job and, for evaluations, the job's budget is not spent
-    (:func:`tuner.store.may_tag_record`), so the job's evaluations are counted exactly from
+    (:func:`tilewise.store.may_tag_record`), so the job's evaluations are counted exactly from
     the records.
 
     With ``budget_evals`` the search also ends as soon as the job has spent that many
@@ -262,7 +262,7 @@ class Tuner:
         check = self.spec.check(tiling, self.shape, self.dtype, self.target)
         if self.target.backend != "ascend" or self.settings.ub_check != "compiler":
             return check
-        from kernels.backends._ascend.plan_check import check_plan
+        from tilewise.kernels.backends._ascend.plan_check import check_plan
 
         verdict = check_plan(self.spec, tiling, self.shape, self.dtype, self.target)
         reasons = [r for r in check.reasons if not r.startswith("UB overflow")]
@@ -507,7 +507,7 @@ class Tuner:
         if self.target.backend == "ascend":
             # On an NPU every evaluation is a compile and a launch: start from the tilings the
             # cost model ranks fastest (a prior, measured like any other proposal).
-            from kernels.backends._ascend.cost_model import rank
+            from tilewise.kernels.backends._ascend.cost_model import rank
 
             ranked = rank(self.spec, self.shape, self.dtype, self.target, samples=2000, seed=0)
             tilings += [t for t, _ in ranked[:3] if t not in tilings]

@@ -12,10 +12,10 @@ import math
 
 from sqlalchemy.orm import Session
 
-from kernels.ops import OpSpec
-from kernels.targets import TargetProfile
-from tuner import store
-from tuner.types import Shape, Tiling
+from tilewise import store
+from tilewise.kernels.ops import OpSpec
+from tilewise.kernels.targets import TargetProfile
+from tilewise.types import Shape, Tiling
 
 
 def shape_distance(spec: OpSpec, a: Shape, b: Shape) -> float:

@@ -13,7 +13,7 @@ Optuna's RDB storage may share the database: our tables are ``tw_*`` and our Ale
 table is ``tilewise_alembic_version``.
 """
 
-from tuner.store._engine import (
+from tilewise.store._engine import (
     VERSION_TABLE,
     Store,
     check_schema,
@@ -26,7 +26,7 @@ from tuner.store._engine import (
     safe_url,
     session_scope,
 )
-from tuner.store._repo import (
+from tilewise.store._repo import (
     SOURCE_PREDICTED,
     SOURCE_REMEASURE,
     JobRow,
@@ -63,7 +63,7 @@ from tuner.store._repo import (
     update_job_progress,
     upsert_tiling,
 )
-from tuner.store._status import JobStatus, RecordStatus, WorkerStatus
+from tilewise.store._status import JobStatus, RecordStatus, WorkerStatus
 
 __all__ = [
     "SOURCE_PREDICTED",

@@ -1,6 +1,6 @@
 """Engines, sessions and the schema check: where SQLAlchemy and Alembic meet tilewise.
 
-Connection and driver errors are translated into :class:`~tuner.errors.StoreError` here, once;
+Connection and driver errors are translated into :class:`~tilewise.errors.StoreError` here, once;
 the URL in every message has its password masked.
 """
 
@@ -25,8 +25,8 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import ConnectionPoolEntry, StaticPool
 
-from tuner.errors import SchemaError, StoreError
-from tuner.store._models import TABLE_NAMES
+from tilewise.errors import SchemaError, StoreError
+from tilewise.store._models import TABLE_NAMES
 
 #: Our Alembic version table. Optuna's storage keeps its own ``alembic_version`` in the same DB.
 VERSION_TABLE = "tilewise_alembic_version"
@@ -182,7 +182,7 @@ def _translate(exc: DBAPIError, engine: Engine) -> StoreError:
 
 def alembic_config() -> Config:
     """A programmatic Alembic config for the installed ``migrations`` package."""
-    import migrations
+    from tilewise import migrations
 
     config = Config()
     script_location = str(Path(migrations.__file__).parent)
@@ -351,7 +351,7 @@ def open_store(url: str | URL, *, create: bool = True, echo: bool = False) -> St
 def session_scope(source: Store | Engine | sessionmaker[Session]) -> Iterator[Session]:
     """A session that commits when the block ends, or rolls back if it raises.
 
-    Driver errors inside the block come out as :class:`~tuner.errors.StoreError`.
+    Driver errors inside the block come out as :class:`~tilewise.errors.StoreError`.
     """
     if isinstance(source, Store):
         factory = source.sessions

@@ -31,7 +31,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
-from tuner.store._status import JobStatus, RecordStatus, WorkerStatus
+from tilewise.store._status import JobStatus, RecordStatus, WorkerStatus
 
 #: Deterministic constraint names, so later migrations (and SQLite batch mode) can address them.
 NAMING_CONVENTION: dict[str, str] = {
@@ -193,7 +193,7 @@ class JobModel(Base):
 class JobAssistModel(Base):
     """A worker assisting a running job: it tunes the job's study without holding its lease.
 
-    Its records count for the job (see ``tuner.store.may_tag_record``) while its row is here;
+    Its records count for the job (see ``tilewise.store.may_tag_record``) while its row is here;
     ``heartbeat_at`` is refreshed while it assists, and a row older than a lease is stale (not
     counted against ``max_assistants_per_job``, removed by the next assistant of the job).
     """

@@ -23,8 +23,8 @@ from sqlalchemy import func as sa_func
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from tuner.errors import InputError
-from tuner.store._models import (
+from tilewise.errors import InputError
+from tilewise.store._models import (
     JobAssistModel,
     JobModel,
     RecordModel,
@@ -33,8 +33,8 @@ from tuner.store._models import (
     WorkloadModel,
     utcnow,
 )
-from tuner.store._status import JobStatus, RecordStatus, WorkerStatus
-from tuner.types import Shape, Tiling, Workload
+from tilewise.store._status import JobStatus, RecordStatus, WorkerStatus
+from tilewise.types import Shape, Tiling, Workload
 
 #: Record source of model predictions: never "measured", never a best tiling by default.
 SOURCE_PREDICTED = "predicted"

@@ -2,10 +2,10 @@
 
 Each variant is a CMake project (see :mod:`.project`) built in the cache; its ``host_runner``
 is started once per trial on the worker's device, reads the GM inputs from the files of a
-:class:`~kernels.backends._problem.Problem`, writes the checked launch's outputs back to them
-(so the answer is judged by the same code as the twin's), and prints one JSON line with event
-timings. With ``msprof=True`` the timed launches run under ``msprof op`` instead and the samples
-are its Task Durations.
+:class:`~tilewise.kernels.backends._problem.Problem`, writes the checked launch's outputs back
+to them (so the answer is judged by the same code as the twin's), and prints one JSON line with
+event timings. With ``msprof=True`` the timed launches run under ``msprof op`` instead and the
+samples are its Task Durations.
 """
 
 from __future__ import annotations
@@ -25,8 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kernels.backends._ascend import msprof as msprof_csv
-from kernels.backends._ascend.project import (
+from tilewise.errors import BackendError, InputError
+from tilewise.kernels.backends._ascend import msprof as msprof_csv
+from tilewise.kernels.backends._ascend.project import (
     build_command,
     configure_command,
     project_files,
@@ -34,14 +35,13 @@ from kernels.backends._ascend.project import (
     sys_workspace_bytes,
     write_project,
 )
-from kernels.backends._ascend.toolkit import RUN_MODES, Toolkit, find_toolkit
-from kernels.backends._base import Backend, BuildResult, MeasureOptions, RunResult
-from kernels.backends._problem import Problem
-from kernels.ops import OpSpec
-from kernels.targets import TargetProfile, get_target
-from tuner.errors import BackendError, InputError
-from tuner.settings import Settings, get_settings
-from tuner.types import Shape, Tiling
+from tilewise.kernels.backends._ascend.toolkit import RUN_MODES, Toolkit, find_toolkit
+from tilewise.kernels.backends._base import Backend, BuildResult, MeasureOptions, RunResult
+from tilewise.kernels.backends._problem import Problem
+from tilewise.kernels.ops import OpSpec
+from tilewise.kernels.targets import TargetProfile, get_target
+from tilewise.settings import Settings, get_settings
+from tilewise.types import Shape, Tiling
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """An analytic model of a kernel's time on an Ascend target. Every figure it gives is PREDICTED.
 
-From an op's :class:`~kernels.ops.BlockWork` and a target profile:
+From an op's :class:`~tilewise.kernels.ops.BlockWork` and a target profile:
 
 * MTE (GM <-> UB/L1): ``gm_bytes / ddr_rate`` cycles (the ini's bytes per cycle per core);
 * cube: ``cube_macs / 16³`` cycles (a 16×16×16 MAC per cycle), four times that for fp32;
@@ -20,9 +20,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from kernels.ops import OpSpec
-from kernels.targets import TargetProfile
-from tuner.types import Shape, Tiling
+from tilewise.kernels.ops import OpSpec
+from tilewise.kernels.targets import TargetProfile
+from tilewise.types import Shape, Tiling
 
 CUBE_MACS_PER_CYCLE = 16 * 16 * 16
 FP32_CUBE_SLOWDOWN = 4

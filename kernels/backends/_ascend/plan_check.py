@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from kernels.ops import Buffer, OpSpec
-from kernels.targets import UB_MIX_RESERVED, UB_RESERVED, TargetProfile
-from tuner.errors import BackendError, ConfigError
-from tuner.types import Shape, Tiling
+from tilewise.errors import BackendError, ConfigError
+from tilewise.kernels.ops import Buffer, OpSpec
+from tilewise.kernels.targets import UB_MIX_RESERVED, UB_RESERVED, TargetProfile
+from tilewise.types import Shape, Tiling
 
 #: SoCs the compiler's --target accepts (FACTS.md §6): no 310P, no plain 910.
 SUPPORTED_SOCS = ("Ascend910B1", "Ascend910B2", "Ascend910B3", "Ascend910B4")
@@ -144,8 +144,8 @@ def check_plan(
 
 
 if __name__ == "__main__":  # pragma: no cover - a debugging aid: print the plan of a default tiling
-    from kernels.ops import get_op
-    from kernels.targets import get_target
+    from tilewise.kernels.ops import get_op
+    from tilewise.kernels.targets import get_target
 
     op = get_op(sys.argv[1])
     shape_ = op.validate_shape(Shape.parse(sys.argv[2]))

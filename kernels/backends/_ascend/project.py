@@ -16,9 +16,9 @@ from pathlib import Path
 
 import jinja2
 
-from kernels.ops import OpSpec, StructField
-from kernels.targets import twin_target
-from tuner.types import Shape
+from tilewise.kernels.ops import OpSpec, StructField
+from tilewise.kernels.targets import twin_target
+from tilewise.types import Shape
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from tuner.errors import BackendError
+from tilewise.errors import BackendError
 
 RUN_MODES: tuple[str, ...] = ("npu", "sim", "cpu")
 

@@ -24,8 +24,9 @@ from typing import ClassVar
 
 import numpy as np
 
-from kernels.ops import _matmul_common as cube
-from kernels.ops._base import (
+from tilewise.errors import InputError
+from tilewise.kernels.ops import _matmul_common as cube
+from tilewise.kernels.ops._base import (
     NUMPY_DTYPES,
     BlockWork,
     Buffer,
@@ -39,11 +40,10 @@ from kernels.ops._base import (
     itemsize,
     round_up,
 )
-from kernels.ops._cube import cube_struct
-from kernels.ops._matmul_common import CORE_SPLITS
-from kernels.targets import TargetProfile
-from tuner.errors import InputError
-from tuner.types import Shape, Tiling
+from tilewise.kernels.ops._cube import cube_struct
+from tilewise.kernels.ops._matmul_common import CORE_SPLITS
+from tilewise.kernels.targets import TargetProfile
+from tilewise.types import Shape, Tiling
 
 ALPHA = 0.1
 COL_TILES = (16, 32, 64, 128, 256, 512)

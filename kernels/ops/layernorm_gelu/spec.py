@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from kernels.ops._base import (
+from tilewise.kernels.ops._base import (
     NUMPY_DTYPES,
     BlockWork,
     Buffer,
@@ -27,9 +27,9 @@ from kernels.ops._base import (
     itemsize,
     round_up,
 )
-from kernels.ops.linear_add_gelu.spec import GELU_FLOPS, gelu_tanh
-from kernels.targets import TargetProfile
-from tuner.types import Shape, Tiling
+from tilewise.kernels.ops.linear_add_gelu.spec import GELU_FLOPS, gelu_tanh
+from tilewise.kernels.targets import TargetProfile
+from tilewise.types import Shape, Tiling
 
 ALIGN = 16
 EPS = 1e-5

@@ -13,8 +13,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from kernels.ops import _matmul_common as cube
-from kernels.ops._base import (
+from tilewise.kernels.ops import _matmul_common as cube
+from tilewise.kernels.ops._base import (
     NUMPY_DTYPES,
     BlockWork,
     Buffer,
@@ -27,9 +27,9 @@ from kernels.ops._base import (
     ceil_div,
     itemsize,
 )
-from kernels.ops._cube import cube_struct
-from kernels.targets import TargetProfile
-from tuner.types import Shape, Tiling
+from tilewise.kernels.ops._cube import cube_struct
+from tilewise.kernels.targets import TargetProfile
+from tilewise.types import Shape, Tiling
 
 GELU_FLOPS = 10  # per element: cube, two multiplies, add, exp, add, divide ...
 

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from kernels.ops._base import (
+from tilewise.kernels.ops._base import (
     NUMPY_DTYPES,
     BlockWork,
     Buffer,
@@ -24,8 +24,8 @@ from kernels.ops._base import (
     itemsize,
     round_up,
 )
-from kernels.targets import TargetProfile
-from tuner.types import Shape, Tiling
+from tilewise.kernels.targets import TargetProfile
+from tilewise.types import Shape, Tiling
 
 #: Blocks are multiples of 16 elements: 32 B for half, and the float/int32 scratch buffers stay
 #: 32 B aligned too. Tiles are multiples of 128: the keep mask is a float compare and the ReLU

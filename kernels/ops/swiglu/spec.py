@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from kernels.ops._base import (
+from tilewise.kernels.ops._base import (
     NUMPY_DTYPES,
     BlockWork,
     Buffer,
@@ -25,8 +25,8 @@ from kernels.ops._base import (
     itemsize,
     round_up,
 )
-from kernels.targets import TargetProfile
-from tuner.types import Shape, Tiling
+from tilewise.kernels.targets import TargetProfile
+from tilewise.types import Shape, Tiling
 
 #: Tiles and blocks are multiples of 16 elements: 32 B for half, so every copy but the last is
 #: a whole number of 32 B blocks.

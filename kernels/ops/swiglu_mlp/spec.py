@@ -13,8 +13,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from kernels.ops import _matmul_common as cube
-from kernels.ops._base import (
+from tilewise.kernels.ops import _matmul_common as cube
+from tilewise.kernels.ops._base import (
     NUMPY_DTYPES,
     BlockWork,
     Buffer,
@@ -27,10 +27,10 @@ from kernels.ops._base import (
     ceil_div,
     itemsize,
 )
-from kernels.ops._cube import cube_struct
-from kernels.ops.swiglu.spec import SWIGLU_FLOPS, SWIGLU_VECTOR_OPS, silu
-from kernels.targets import TargetProfile
-from tuner.types import Shape, Tiling
+from tilewise.kernels.ops._cube import cube_struct
+from tilewise.kernels.ops.swiglu.spec import SWIGLU_FLOPS, SWIGLU_VECTOR_OPS, silu
+from tilewise.kernels.targets import TargetProfile
+from tilewise.types import Shape, Tiling
 
 OBJECTS = 2  # Matmul objects: gate and up
 

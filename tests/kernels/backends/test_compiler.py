@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kernels.backends._compiler import count_loop_spills, find_compiler, max_stack_frame
+from tilewise.kernels.backends._compiler import count_loop_spills, find_compiler, max_stack_frame
 
 REMARKS = """\
 variant.cpp:3:1: remark: 5 spills 2.5e+00 total spills cost 7 reloads 3.1e+00 total reloads cost generated in function [-Rpass-missed=regalloc]

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from kernels.backends._ascend.cost_model import LAUNCH_OVERHEAD_US, predict
-from kernels.ops import get_op
-from kernels.targets import get_target
-from tuner.types import Shape, Tiling
+from tilewise.kernels.backends._ascend.cost_model import LAUNCH_OVERHEAD_US, predict
+from tilewise.kernels.ops import get_op
+from tilewise.kernels.targets import get_target
+from tilewise.types import Shape, Tiling
 
 TARGET = get_target("ascend910b1")
 

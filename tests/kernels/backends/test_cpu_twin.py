@@ -10,13 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kernels.backends import BuildLimits, MeasureOptions, _cpu_twin
-from kernels.backends._cpu_twin import CpuTwinBackend
-from kernels.ops import OpSpec, StructField, get_op
-from kernels.targets import twin_target
 from tests.kernels.backends.fault_op.spec import FaultOp
-from tuner.settings import Settings
-from tuner.types import Shape, Tiling
+from tilewise.kernels.backends import BuildLimits, MeasureOptions, _cpu_twin
+from tilewise.kernels.backends._cpu_twin import CpuTwinBackend
+from tilewise.kernels.ops import OpSpec, StructField, get_op
+from tilewise.kernels.targets import twin_target
+from tilewise.settings import Settings
+from tilewise.types import Shape, Tiling
 
 ONCE = MeasureOptions(warmup=0, repeats=1, max_seconds=1.0)
 

@@ -5,12 +5,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kernels.backends._ascend.plan_check import check_plan, parse_verdict, plan_mlir, ub_plan
-from kernels.ops import get_op, list_ops
-from kernels.ops._base import OpSpec
-from kernels.targets import get_target
-from tuner.errors import BackendError, ConfigError
-from tuner.types import Shape, Tiling
+from tilewise.errors import BackendError, ConfigError
+from tilewise.kernels.backends._ascend.plan_check import (
+    check_plan,
+    parse_verdict,
+    plan_mlir,
+    ub_plan,
+)
+from tilewise.kernels.ops import get_op, list_ops
+from tilewise.kernels.ops._base import OpSpec
+from tilewise.kernels.targets import get_target
+from tilewise.types import Shape, Tiling
 
 pytest.importorskip("ascendnpuir", reason="the ascend-ir extra is not installed")
 

@@ -7,12 +7,12 @@ import itertools
 import numpy as np
 import pytest
 
-from kernels.ops import get_op, list_ops
-from kernels.ops.linear_add_gelu.spec import gelu_tanh
-from kernels.ops.scale_relu_dropout.spec import DROP_P, keep_mask
-from kernels.targets import BUILTIN, get_target, twin_target
-from tuner.errors import InputError
-from tuner.types import Shape, Tiling
+from tilewise.errors import InputError
+from tilewise.kernels.ops import get_op, list_ops
+from tilewise.kernels.ops.linear_add_gelu.spec import gelu_tanh
+from tilewise.kernels.ops.scale_relu_dropout.spec import DROP_P, keep_mask
+from tilewise.kernels.targets import BUILTIN, get_target, twin_target
+from tilewise.types import Shape, Tiling
 
 #: Each op's example shapes (OpSpec.examples): a new op is swept without an edit here.
 SHAPES = {spec.name: list(spec.examples) for spec in list_ops()}
@@ -246,7 +246,7 @@ def test_fusion_saves_traffic(spec) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_version_changes_with_the_kernel_source(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    from kernels.ops.scale_relu_dropout.spec import ScaleReluDropout
+    from tilewise.kernels.ops.scale_relu_dropout.spec import ScaleReluDropout
 
     original = ScaleReluDropout().version
     copy = tmp_path / "scale_relu_dropout.cpp"
@@ -260,8 +260,8 @@ def test_version_changes_with_the_kernel_source(tmp_path, monkeypatch) -> None: 
 
 def _emulate(op: str, inputs: dict[str, np.ndarray], shape: Shape, dtype: str) -> np.ndarray:
     """The kernel's arithmetic in numpy: float32 compute from dtype inputs, one final rounding."""
-    from kernels.ops.conv_bias_leakyrelu.spec import ALPHA, conv2d
-    from kernels.ops.layernorm_gelu.spec import EPS
+    from tilewise.kernels.ops.conv_bias_leakyrelu.spec import ALPHA, conv2d
+    from tilewise.kernels.ops.layernorm_gelu.spec import EPS
 
     f = {k: v.astype(np.float32) for k, v in inputs.items()}
     one = np.float32(1)
@@ -366,7 +366,7 @@ def test_conv_accepts_no_padding_and_reserves_col_for_every_split() -> None:
 
 
 def test_conv_reference_matches_a_direct_loop() -> None:
-    from kernels.ops.conv_bias_leakyrelu.spec import conv2d
+    from tilewise.kernels.ops.conv_bias_leakyrelu.spec import conv2d
 
     rng = np.random.default_rng(3)
     x, w = rng.standard_normal((2, 3, 7, 6)), rng.standard_normal((4, 3, 3, 2))

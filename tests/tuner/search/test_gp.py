@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy.optimize import check_grad
 
-from tuner.search._gp import GaussianProcess, neg_log_posterior
+from tilewise.search._gp import GaussianProcess, neg_log_posterior
 
 
 def test_the_gradient_of_the_objective_matches_finite_differences() -> None:

@@ -13,9 +13,9 @@ from typing import Any
 import optuna
 import pytest
 
-from tuner.errors import InputError
-from tuner.search import ReplaySpace, make_sampler, replay_search
-from tuner.search._bench import run_strategies
+from tilewise.errors import InputError
+from tilewise.search import ReplaySpace, make_sampler, replay_search
+from tilewise.search._bench import run_strategies
 
 ROWS = """a,b,const,time_ms
 1,10,7,5.0
@@ -107,7 +107,7 @@ def test_every_trial_carries_the_same_constraint(space_file: Path) -> None:
 
 def _tilewise(*args: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, HOME=str(tmp_path), XDG_DATA_HOME=str(tmp_path / "data"))
-    cmd = [sys.executable, "-m", "tuner.cli", *args]
+    cmd = [sys.executable, "-m", "tilewise.cli", *args]
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120, check=False)
 
 

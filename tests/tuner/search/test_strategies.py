@@ -13,17 +13,17 @@ import numpy as np
 import optuna
 import pytest
 
-from kernels.backends import Backend, BuildResult, MeasureOptions, RunResult
-from kernels.ops import OpSpec, get_op
-from kernels.targets import TargetProfile, twin_target
-from tuner import store
-from tuner.errors import ConfigError, InputError
-from tuner.search import STRATEGIES, Budget, ReplaySpace, Tuner, make_sampler, replay_search
-from tuner.search._bench import search_space_of
-from tuner.search._surrogate import SurrogateSampler
-from tuner.search._warm import nearest_tuned_tilings, shape_distance
-from tuner.settings import Settings
-from tuner.types import Shape, Tiling, Workload
+from tilewise import store
+from tilewise.errors import ConfigError, InputError
+from tilewise.kernels.backends import Backend, BuildResult, MeasureOptions, RunResult
+from tilewise.kernels.ops import OpSpec, get_op
+from tilewise.kernels.targets import TargetProfile, twin_target
+from tilewise.search import STRATEGIES, Budget, ReplaySpace, Tuner, make_sampler, replay_search
+from tilewise.search._bench import search_space_of
+from tilewise.search._surrogate import SurrogateSampler
+from tilewise.search._warm import nearest_tuned_tilings, shape_distance
+from tilewise.settings import Settings
+from tilewise.types import Shape, Tiling, Workload
 
 
 def _needs_torch(name: str) -> None:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tuner import store
-from tuner.types import Tiling
+from tilewise import store
+from tilewise.types import Tiling
 
 
 @pytest.mark.slow
@@ -20,7 +20,7 @@ def test_tune_small_linear_add_gelu_end_to_end(tmp_path: Path, db_url: str) -> N
     cmd = [
         sys.executable,
         "-m",
-        "tuner.cli",
+        "tilewise.cli",
         "tune",
         "linear_add_gelu",
         "--shape",
@@ -60,7 +60,7 @@ def test_tune_small_linear_add_gelu_end_to_end(tmp_path: Path, db_url: str) -> N
         [
             sys.executable,
             "-m",
-            "tuner.cli",
+            "tilewise.cli",
             "show",
             "linear_add_gelu",
             "--shape",

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from kernels.backends import Backend, BuildResult, MeasureOptions, RunResult
-from kernels.ops import OpSpec, get_op
-from kernels.targets import TargetProfile, twin_target
-from tuner import store
-from tuner.search import Budget, Tuner
-from tuner.settings import Settings
-from tuner.types import Shape, Tiling
+from tilewise import store
+from tilewise.kernels.backends import Backend, BuildResult, MeasureOptions, RunResult
+from tilewise.kernels.ops import OpSpec, get_op
+from tilewise.kernels.targets import TargetProfile, twin_target
+from tilewise.search import Budget, Tuner
+from tilewise.settings import Settings
+from tilewise.types import Shape, Tiling
 
 
 class CountingBackend(Backend):
@@ -152,7 +152,7 @@ def test_spilling_variants_are_rejected_after_the_build(settings: Settings) -> N
 
 def test_compiler_ub_check_on_ascend_targets(settings: Settings) -> None:
     pytest.importorskip("ascendnpuir")
-    from kernels.targets import get_target
+    from tilewise.kernels.targets import get_target
 
     strict = settings.model_copy(update={"ub_check": "compiler"})
     db = store.open_store(strict.db_url)

@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
-from kernels.backends import Backend, BuildResult, RunResult
-from kernels.ops import OpSpec, get_op
-from kernels.targets import twin_target
-from tuner import store
-from tuner.search import Progress, Tuner
-from tuner.search._tune import beats_default
-from tuner.settings import Settings
-from tuner.types import Shape, Tiling
+from tilewise import store
+from tilewise.kernels.backends import Backend, BuildResult, RunResult
+from tilewise.kernels.ops import OpSpec, get_op
+from tilewise.kernels.targets import twin_target
+from tilewise.search import Progress, Tuner
+from tilewise.search._tune import beats_default
+from tilewise.settings import Settings
+from tilewise.types import Shape, Tiling
 
 SPEC = get_op("scale_relu_dropout")
 SHAPE = Shape({"N": 1 << 18})

@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import sqlalchemy as sa
 
-from tuner.errors import InputError
-from tuner.store import (
+from tilewise.errors import InputError
+from tilewise.store import (
     JobStatus,
     Store,
     WorkerStatus,
@@ -26,7 +26,7 @@ from tuner.store import (
     session_scope,
     update_job_progress,
 )
-from tuner.types import Shape, Workload
+from tilewise.types import Shape, Workload
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 
@@ -206,7 +206,7 @@ def test_concurrent_claimers_never_share_a_job(store: Store) -> None:
 @pytest.mark.postgres
 def test_postgres_claims_skip_locked_rows(pg_url: str) -> None:
     """A claim in progress (row locked, not committed) does not block or share with another."""
-    from tuner.store import open_store
+    from tilewise.store import open_store
 
     store = open_store(pg_url)
     try:

@@ -7,8 +7,8 @@ from datetime import UTC
 import pytest
 import sqlalchemy as sa
 
-from tuner.errors import InputError, StoreError
-from tuner.store import (
+from tilewise.errors import InputError, StoreError
+from tilewise.store import (
     SOURCE_PREDICTED,
     RecordStatus,
     Store,
@@ -25,8 +25,8 @@ from tuner.store import (
     top_k,
     upsert_tiling,
 )
-from tuner.store._models import RecordModel
-from tuner.types import Shape, Tiling, Workload
+from tilewise.store._models import RecordModel
+from tilewise.types import Shape, Tiling, Workload
 
 ENV = {"compiler": "clang++ 17", "flags": "-O2", "host": "test", "backend": "cpu-twin"}
 
@@ -301,7 +301,7 @@ def test_store_session_commits_or_rolls_back(store: Store) -> None:
 def test_store_url_keeps_the_password_and_safe_url_masks_it() -> None:
     from sqlalchemy.orm import sessionmaker
 
-    from tuner.store import create_engine
+    from tilewise.store import create_engine
 
     engine = create_engine("postgresql+psycopg://tw:s3cret@db.example:5432/tilewise")
     try:

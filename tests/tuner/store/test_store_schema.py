@@ -12,9 +12,9 @@ from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
-import tuner.store as store_pkg
-from tuner.errors import SchemaError, StoreError
-from tuner.store import (
+import tilewise.store as store_pkg
+from tilewise.errors import SchemaError, StoreError
+from tilewise.store import (
     VERSION_TABLE,
     _engine,
     check_schema,
@@ -26,7 +26,7 @@ from tuner.store import (
     safe_url,
     session_scope,
 )
-from tuner.store._models import TABLE_NAMES, Base
+from tilewise.store._models import TABLE_NAMES, Base
 
 OUR_TABLES = {
     "tw_workloads",

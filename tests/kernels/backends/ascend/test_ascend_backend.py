@@ -13,20 +13,20 @@ from pathlib import Path
 
 import pytest
 
-from kernels.backends import MeasureOptions, create_backend
-from kernels.backends._ascend import backend as ascend_backend
-from kernels.backends._ascend.backend import (
+from tests.kernels.backends.ascend.ascend_fakes import make_toolkit
+from tilewise.errors import BackendError, InputError
+from tilewise.kernels.backends import MeasureOptions, create_backend
+from tilewise.kernels.backends._ascend import backend as ascend_backend
+from tilewise.kernels.backends._ascend.backend import (
     AscendBackend,
     compiler_errors,
     describe_runner_error,
     parse_runner_output,
 )
-from kernels.ops import get_op
-from kernels.targets import get_target
-from tests.kernels.backends.ascend.ascend_fakes import make_toolkit
-from tuner.errors import BackendError, InputError
-from tuner.settings import Settings
-from tuner.types import Shape
+from tilewise.kernels.ops import get_op
+from tilewise.kernels.targets import get_target
+from tilewise.settings import Settings
+from tilewise.types import Shape
 
 pytestmark = pytest.mark.skipif(
     shutil.which("cmake") is None or shutil.which("g++") is None, reason="needs cmake and g++"

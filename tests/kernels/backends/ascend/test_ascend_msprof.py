@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from kernels.backends._ascend.msprof import (
+from tilewise.kernels.backends._ascend.msprof import (
     MsprofParseError,
     collect,
     op_command,

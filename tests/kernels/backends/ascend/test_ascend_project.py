@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from kernels.backends._ascend.project import (
+from tilewise.kernels.backends._ascend.project import (
     MATMUL_SYS_WORKSPACE,
     build_command,
     cmake_lists,
@@ -24,10 +24,10 @@ from kernels.backends._ascend.project import (
     sys_workspace_bytes,
     write_project,
 )
-from kernels.ops import OPS as OPS_REGISTRY
-from kernels.ops import OpSpec, get_op
-from kernels.targets import get_target
-from tuner.types import Shape
+from tilewise.kernels.ops import OPS as OPS_REGISTRY
+from tilewise.kernels.ops import OpSpec, get_op
+from tilewise.kernels.targets import get_target
+from tilewise.types import Shape
 
 HERE = Path(__file__).resolve().parent
 GOLDEN = HERE / "golden"

@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from kernels.backends import create_backend
-from kernels.backends._ascend.toolkit import (
+from tests.kernels.backends.ascend.ascend_fakes import CMAKE_SUBDIR, make_toolkit
+from tilewise.errors import BackendError
+from tilewise.kernels.backends import create_backend
+from tilewise.kernels.backends._ascend.toolkit import (
     SOURCE_ENV_SCRIPT,
     find_toolkit,
     parse_env0,
     source_env_command,
 )
-from tests.kernels.backends.ascend.ascend_fakes import CMAKE_SUBDIR, make_toolkit
-from tuner.errors import BackendError
 
 NOWHERE: tuple[Path, ...] = ()
 
@@ -85,7 +85,7 @@ def test_create_backend_without_cann(
     no_cann_env: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setattr(
-        "kernels.backends._ascend.toolkit.DEFAULT_ROOTS", (tmp_path / "no-toolkit",)
+        "tilewise.kernels.backends._ascend.toolkit.DEFAULT_ROOTS", (tmp_path / "no-toolkit",)
     )
     with pytest.raises(BackendError, match="CANN toolkit not found: set ASCEND_HOME_PATH"):
         create_backend("ascend")

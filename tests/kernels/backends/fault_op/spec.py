@@ -8,9 +8,9 @@ from pathlib import Path
 
 import numpy as np
 
-from kernels.ops import Buffer, GmArg, OpSpec, StructField, Traffic, Tunable
-from kernels.targets import TargetProfile
-from tuner.types import Shape, Tiling
+from tilewise.kernels.ops import Buffer, GmArg, OpSpec, StructField, Traffic, Tunable
+from tilewise.kernels.targets import TargetProfile
+from tilewise.types import Shape, Tiling
 
 
 class FaultOp(OpSpec):
