@@ -72,13 +72,13 @@ def test_the_installed_wheel_imports_every_module(wheel: Path, tmp_path: Path) -
 
     script = (
         "import importlib, pkgutil, tilewise\n"
-        "assert tilewise.__file__.startswith(%r), tilewise.__file__\n"
+        f"assert tilewise.__file__.startswith({site!r}), tilewise.__file__\n"
         "names = [m.name for m in pkgutil.walk_packages(tilewise.__path__, 'tilewise.')]\n"
         "for name in names:\n"
         "    if name != 'tilewise.migrations.env':  # Alembic's script: runs only under Alembic\n"
         "        importlib.import_module(name)\n"
         "print(tilewise.__version__, len(names))\n"
-    ) % site
+    )
     done = subprocess.run(
         [str(python), "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=300,
         check=False,
