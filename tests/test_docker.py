@@ -98,7 +98,15 @@ def test_dockerfile_copies_what_pip_install_needs() -> None:
     """The builder copies every file pyproject.toml needs, and the .dockerignore lets it in."""
     text = DOCKERFILE.read_text()
     ignore = (ROOT / "docker" / "Dockerfile.dockerignore").read_text().split()
-    for needed in ("pyproject.toml", "README.md", "tilewise", "tuner", "kernels", "api", "migrations"):
+    for needed in (
+        "pyproject.toml",
+        "README.md",
+        "tilewise",
+        "tuner",
+        "kernels",
+        "api",
+        "migrations",
+    ):
         assert re.search(rf"COPY .*\b{re.escape(needed)}\b", text), needed
         assert f"!{needed}" in ignore or f"!{needed}/" in ignore, needed
         assert (ROOT / needed).exists(), needed
