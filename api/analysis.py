@@ -16,8 +16,8 @@ Everything here is a model estimate from the op spec and the target profile, nev
 
 from __future__ import annotations
 
-from tilewise.api.deps import WorkloadRequest
 from tilewise.api.schemas import AnalysisPublic, RooflinePublic, TrafficPublic, UbPublic
+from tilewise.kernels.request import WorkloadRequest
 from tilewise.kernels.targets import TargetProfile
 from tilewise.types import DTYPE_BYTES
 

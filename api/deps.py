@@ -22,10 +22,11 @@ from tilewise.api.lookup import LookupCache
 from tilewise.api.schemas import JobCreate
 from tilewise.errors import InputError
 from tilewise.kernels.ops import OpSpec, get_op
-from tilewise.kernels.targets import TargetProfile, get_target
+from tilewise.kernels.request import RequestError, WorkloadRequest, resolve_request
+from tilewise.kernels.targets import get_target
 from tilewise.settings import Settings
 from tilewise.store import Store, session_scope
-from tilewise.types import DTYPES, Shape, Workload
+from tilewise.types import DTYPES, Shape
 
 
 def get_settings(request: Request) -> Settings:
@@ -95,20 +96,6 @@ WriteAuth = Annotated[str, Depends(require_writer)]
 
 
 @dataclass(frozen=True)
-class WorkloadRequest:
-    """A validated (op, shape, dtype, target)."""
-
-    spec: OpSpec
-    shape: Shape
-    dtype: str
-    target: TargetProfile
-
-    @property
-    def workload(self) -> Workload:
-        return Workload(self.spec.name, self.spec.version, self.target.name, self.dtype, self.shape)
-
-
-@dataclass(frozen=True)
 class TuneRequest:
     what: WorkloadRequest
     budget: int
@@ -133,10 +120,7 @@ def tune_request(body: JobCreate, settings: SettingsDep) -> TuneRequest:
         raise FieldError(
             ("body", "budget"), f"budget must be between 1 and {settings.max_budget}, got {budget}"
         )
-    spec, shape = get_op(body.op), Shape(body.shape)
-    with blame("body", "shape"):
-        spec.validate_shape(shape, max_elements=settings.max_elements)
-    what = WorkloadRequest(spec, shape, body.dtype, get_target(body.target))
+    what = _resolve("body", body.op, Shape(body.shape), body.dtype, body.target, settings)
     return TuneRequest(what, budget, body.seconds, body.force)
 
 
@@ -154,15 +138,13 @@ OpDep = Annotated[OpSpec, Depends(op_spec)]
 
 
 def _resolve(
-    spec: OpSpec, shape: Shape, dtype: str, target: str, settings: Settings
+    where: str, op: str | OpSpec, shape: str | Shape, dtype: str, target: str, settings: Settings
 ) -> WorkloadRequest:
-    with blame("query", "shape"):
-        shape = spec.validate_shape(shape, max_elements=settings.max_elements)
-    with blame("query", "dtype"):
-        spec.validate_dtype(dtype)
-    with blame("query", "target"):
-        profile = get_target(target)
-    return WorkloadRequest(spec, shape, dtype, profile)
+    """:func:`resolve_request`; its error is a 422 on the field at fault, in ``where``."""
+    try:
+        return resolve_request(op, shape, dtype, target, max_elements=settings.max_elements)
+    except RequestError as exc:
+        raise FieldError((where, exc.field), str(exc)) from exc
 
 
 ShapeQuery = Annotated[str, Query(description="Dims, e.g. M=1024,N=1024,K=1024.")]
@@ -178,9 +160,7 @@ def workload_query(
     target: TargetQuery = "cpu-twin",
 ) -> WorkloadRequest:
     """The workload named by ``/{op}?shape=&dtype=&target=``; each bad field is a 422 naming it."""
-    with blame("query", "shape"):
-        parsed = Shape.parse(shape)
-    return _resolve(spec, parsed, dtype, target, settings)
+    return _resolve("query", spec, shape, dtype, target, settings)
 
 
 WorkloadQueryDep = Annotated[WorkloadRequest, Depends(workload_query)]
@@ -198,9 +178,8 @@ def space_query(
 ) -> WorkloadRequest:
     """Like :func:`workload_query` with an optional shape: runtime tunables' domains depend on
     the shape and target, so the search space is always shown for one."""
-    with blame("query", "shape"):
-        parsed = Shape({d: EXAMPLE_DIM for d in spec.dims}) if shape is None else Shape.parse(shape)
-    return _resolve(spec, parsed, dtype, target, settings)
+    asked = Shape({d: EXAMPLE_DIM for d in spec.dims}) if shape is None else shape
+    return _resolve("query", spec, asked, dtype, target, settings)
 
 
 SpaceQueryDep = Annotated[WorkloadRequest, Depends(space_query)]

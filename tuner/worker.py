@@ -47,10 +47,8 @@ from tilewise.store import JobRow, JobStatus, WorkerStatus
 
 if TYPE_CHECKING:
     from tilewise.kernels.backends import Backend
-    from tilewise.kernels.ops import OpSpec
-    from tilewise.kernels.targets import TargetProfile
+    from tilewise.kernels.request import WorkloadRequest
     from tilewise.search import Progress, Tuner, TuneResult
-    from tilewise.types import Shape
 
 log = logging.getLogger(__name__)
 
@@ -63,14 +61,6 @@ PROGRESS_EVERY_S = 1.0
 
 class JobError(TilewiseError):
     """A job cannot be run as asked (unknown op, stale op version ...): it fails."""
-
-
-@dataclass(frozen=True)
-class JobInputs:
-    spec: OpSpec
-    shape: Shape
-    dtype: str
-    target: TargetProfile
 
 
 @dataclass
@@ -97,23 +87,26 @@ def worker_id_for(target: str, device: int | None) -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{target}:{dev}"
 
 
-def job_inputs(workload: store.WorkloadRow, *, settings: Settings) -> JobInputs:
+def job_inputs(workload: store.WorkloadRow, *, settings: Settings) -> WorkloadRequest:
     """The op spec, shape, dtype and target of a job's workload.
 
     Raises:
         JobError: the op, dtype or target is unknown, the shape is not valid for the op, or the
             op changed since the job was queued (its version differs).
     """
-    from tilewise.kernels.ops import get_op
-    from tilewise.kernels.targets import get_target
+    from tilewise.kernels.request import resolve_request
 
     try:
-        spec = get_op(workload.op)
-        shape = spec.validate_shape(workload.shape, max_elements=settings.max_elements)
-        dtype = spec.validate_dtype(workload.dtype)
-        target = get_target(workload.target)
+        asked = resolve_request(
+            workload.op,
+            workload.shape,
+            workload.dtype,
+            workload.target,
+            max_elements=settings.max_elements,
+        )
     except InputError as exc:
         raise JobError(f"workload {workload.key}: {exc}") from exc
+    spec, target = asked.spec, asked.target
     if spec.version != workload.op_version:
         raise JobError(
             f"workload {workload.key}: op {spec.name} is at version {spec.version}, the job asks"
@@ -124,7 +117,7 @@ def job_inputs(workload: store.WorkloadRow, *, settings: Settings) -> JobInputs:
         raise JobError(
             f"workload {workload.key}: target {workload.target!r} resolves to {target.name!r}"
         )
-    return JobInputs(spec, shape, dtype, target)
+    return asked
 
 
 class Worker:

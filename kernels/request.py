@@ -1,0 +1,82 @@
+"""One (op, shape, dtype, target) request, resolved and checked once for every entry point.
+
+The command line, the REST API and the worker all take a workload by its names; each used to
+check it with its own copy of the same four steps. :func:`resolve_request` is that one copy. It
+raises a :class:`RequestError` that names the field at fault, so the API can blame the right
+query parameter or body field and the command line can print one line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Literal
+
+from tilewise.errors import InputError
+from tilewise.kernels.ops import OpSpec, get_op
+from tilewise.kernels.targets import TargetProfile, get_target
+from tilewise.types import Shape, Workload
+
+Field = Literal["op", "shape", "dtype", "target"]
+
+__all__ = ["RequestError", "WorkloadRequest", "resolve_request"]
+
+
+class RequestError(InputError):
+    """An InputError about one field of a request (``op``, ``shape``, ``dtype`` or ``target``)."""
+
+    def __init__(self, field: Field, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+@dataclass(frozen=True)
+class WorkloadRequest:
+    """A checked request: the op's spec, the validated shape, the dtype and the target."""
+
+    spec: OpSpec
+    shape: Shape
+    dtype: str
+    target: TargetProfile
+
+    @property
+    def workload(self) -> Workload:
+        return Workload(self.spec.name, self.spec.version, self.target.name, self.dtype, self.shape)
+
+
+@contextmanager
+def _field(name: Field) -> Iterator[None]:
+    try:
+        yield
+    except RequestError:
+        raise
+    except InputError as exc:
+        raise RequestError(name, str(exc)) from exc
+
+
+def resolve_request(
+    op: str | OpSpec,
+    shape: str | Mapping[str, int],
+    dtype: str,
+    target: str,
+    *,
+    max_elements: int | None = None,
+) -> WorkloadRequest:
+    """Check a request field by field: the op exists, the shape (``"M=1024,N=512,K=256"`` or a
+    mapping) is one of the op's within ``max_elements`` per tensor, the dtype is the op's, the
+    target is known (its canonical profile is returned).
+
+    Raises:
+        RequestError: naming the first field at fault, in the order op, shape, dtype, target.
+    """
+    with _field("op"):
+        spec = op if isinstance(op, OpSpec) else get_op(op)
+    with _field("shape"):
+        parsed = Shape.parse(shape) if isinstance(shape, str) else shape
+        valid = spec.validate_shape(parsed, max_elements=max_elements)
+    with _field("dtype"):
+        spec.validate_dtype(dtype)
+    with _field("target"):
+        profile = get_target(target)
+    return WorkloadRequest(spec, valid, dtype, profile)
