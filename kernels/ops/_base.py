@@ -22,11 +22,12 @@ import hashlib
 import math
 import struct
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from pathlib import Path
-from typing import ClassVar, Literal, NamedTuple
+from types import ModuleType
+from typing import Any, ClassVar, Literal, NamedTuple
 
 import numpy as np
 
@@ -39,6 +40,16 @@ MEMORIES: tuple[str, ...] = ("ub", "l1", "l0a", "l0b", "l0c", "bt")
 NUMPY_DTYPES: dict[str, type[np.floating]] = {"float32": np.float32, "float16": np.float16}
 #: The Ascend C spelling of each dtype, handed to the kernel as ``-DDTYPE_X=...``.
 C_DTYPES: dict[str, str] = {"float32": "float", "float16": "half"}
+
+
+#: A baseline's call (buffers preallocated), and what turns a call over a row range into one on
+#: two halves of the rows in two threads (the benchmark's thread pool). An op's
+#: ``baselines.py`` returns (one thread, two threads or None) from ``numpy_baseline`` and
+#: (function, tensors) from ``torch_baseline``.
+Fn = Callable[[], object]
+Split = Callable[[Callable[[slice], object], int], Fn]
+Baseline = tuple[Fn, Fn | None]
+TorchCase = tuple[Callable[..., Any], tuple[Any, ...]]
 
 
 def align32(nbytes: int) -> int:
@@ -177,6 +188,8 @@ class OpSpec(ABC):
     #: Shapes that exercise the op (edge cases such as a single row or a zero padding, and a
     #: model-sized one), as ``Shape.parse`` reads them: the tests that sweep every op use these.
     examples: ClassVar[tuple[str, ...]]
+    #: The model-sized shapes ``tilewise bench kernels`` times the kernel at.
+    benchmark_shapes: ClassVar[tuple[str, ...]] = ()
     #: The least value of a dim where it is not 1 (a padding may be 0).
     dim_floors: ClassVar[Mapping[str, int]] = {}
     dtypes: ClassVar[tuple[str, ...]] = DTYPES
@@ -237,6 +250,20 @@ class OpSpec(ABC):
                     f"above the limit {max_elements}"
                 )
         return result
+
+    def baselines(self) -> ModuleType:
+        """The op's ``baselines`` module, beside its spec: ``numpy_baseline(shape, inputs,
+        split)`` and ``torch_baseline(shape, tensors)``, the unfused alternatives the kernels
+        benchmark times the kernel against."""
+        import importlib
+
+        return importlib.import_module(type(self).__module__.rsplit(".", 1)[0] + ".baselines")
+
+    def matmul_flops(self, shape: Shape) -> int:
+        """Flops of the op's matrix multiplications (2 per multiply-add); 0 for an op without
+        one. The kernels benchmark holds these ops to the machine's peak, the others to its
+        bandwidth."""
+        return 0
 
     def example_shapes(self) -> list[Shape]:
         """:attr:`examples`, validated."""

@@ -29,7 +29,7 @@ from typer.testing import CliRunner
 
 from tests.reliability._report import record
 from tilewise import cli
-from tilewise._cli_service import is_loopback
+from tilewise.cli.service import is_loopback
 from tilewise.errors import InputError
 from tilewise.kernels.ops import OPS, get_op
 from tilewise.kernels.targets import list_targets, twin_target

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tilewise import _bench_kernels as bk
+from tilewise.bench import kernels as bk
 from tilewise.errors import InputError
 from tilewise.kernels.backends import Backend, BuildResult, MeasureOptions, RunResult
 from tilewise.kernels.ops import OpSpec
@@ -134,6 +134,6 @@ def test_rounds_visit_every_contender_in_turn_and_keep_the_median() -> None:
 
 def test_the_cli_default_budget_is_the_benchmarks() -> None:
     # The CLI spells the default out (its start-up must not import numpy): keep the two equal.
-    from tilewise._cli_bench import kernels
+    from tilewise.cli.bench import kernels
 
     assert inspect.signature(kernels).parameters["budget"].default == bk.DEFAULT_BUDGET

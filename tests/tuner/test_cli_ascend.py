@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -134,3 +135,55 @@ def test_worker_on_an_npu_target_without_cann_says_what_is_missing(
     )
     assert done.returncode == 2
     assert "CANN toolkit not found: set ASCEND_HOME_PATH or source" in done.stderr
+
+
+def test_tune_on_an_npu_target_without_cann_says_what_is_missing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("ASCEND_HOME_PATH", raising=False)
+    monkeypatch.delenv("ASCEND_TOOLKIT_HOME", raising=False)
+    db = tmp_path / "t.db"
+    done = tilewise(
+        "tune", "scale_relu_dropout", "--shape", "N=4096", "--target", "ascend910b2",
+        tmp_path=tmp_path, db=f"sqlite:///{db}",
+    )  # fmt: skip
+    assert done.returncode == 2
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith("error: CANN toolkit not found: set ASCEND_HOME_PATH or source")
+    assert "set_env.sh" in line
+    assert not db.exists()  # stopped before the database
+
+
+@pytest.mark.slow
+def test_tune_on_an_npu_target_runs_the_ascend_backend(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With CANN installed (the fake toolkit: CMake project, stub ACL, a device node), the main
+    command tunes on the Ascend backend and stores the winner for the Ascend target."""
+    from typer.testing import CliRunner
+
+    from tests.kernels.backends.ascend.ascend_fakes import make_toolkit
+    from tilewise import store
+    from tilewise.cli import app
+    from tilewise.kernels.backends._ascend.backend import AscendBackend
+
+    home = make_toolkit(tmp_path / "Ascend", functional=True)
+    platform = home / "x86_64-linux" / "data" / "platform_config"
+    shutil.copy(Path(__file__).parents[1] / "kernels" / "data" / "Ascend910B2.ini", platform)
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    (dev / "davinci0").write_text("")
+    monkeypatch.setattr(AscendBackend, "dev_root", dev)
+    monkeypatch.setenv("ASCEND_HOME_PATH", str(home))
+    monkeypatch.setenv("TILEWISE_CACHE_DIR", str(tmp_path / "cache"))
+    db = f"sqlite:///{tmp_path / 't.db'}"
+    args = ["tune", "scale_relu_dropout", "--shape", "N=4096", "--target", "ascend910b2"]
+    done = CliRunner().invoke(app, [*args, "--budget", "3", "--db", db, "--json"])
+    assert done.exit_code == 0, done.output
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["best"] is not None and result["evaluations"] >= 1 and result["failed"] == 0
+    opened = store.open_store(db, create=False)
+    with opened.session() as s:
+        [(workload, best)] = store.best_tilings(s, op="scale_relu_dropout")
+    opened.close()
+    assert workload.target == "ascend910b2" and best.latency_us > 0

@@ -77,6 +77,7 @@ class ConvBiasLeakyRelu(OpSpec):
         "N=2,C=5,H=13,W=11,K=20,R=3,S=2,stride=1,pad=0",
         "N=8,C=64,H=56,W=56,K=64,R=3,S=3,stride=1,pad=1",
     )
+    benchmark_shapes = ("N=8,C=64,H=56,W=56,K=64,R=3,S=3,stride=1,pad=1",)
     dim_floors: ClassVar[Mapping[str, int]] = {"pad": 0}
     entry = "conv_bias_leakyrelu"
     tiling_type = "ConvBiasLeakyReluTiling"
@@ -291,6 +292,11 @@ class ConvBiasLeakyRelu(OpSpec):
             stages=n * mb * nb,
             overlapped=tiling["dbL0C"] == 2,
         )
+
+    def matmul_flops(self, shape: Shape) -> int:
+        oh, ow = out_size(shape)
+        crs = shape["C"] * shape["R"] * shape["S"]
+        return 2 * shape["N"] * shape["K"] * oh * ow * crs
 
     def traffic(self, shape: Shape, dtype: str) -> Traffic:
         size, n, k, crs = itemsize(dtype), shape["N"], shape["K"], self._crs(shape)

@@ -44,6 +44,7 @@ class LinearAddGelu(OpSpec):
     summary = "Out = GELU_tanh(X[M,K]·W[K,N] + b[N]); bias and GELU on the C block in UB"
     dims = ("M", "N", "K")
     examples = ("M=1,N=17,K=3", "M=33,N=40,K=70", "M=1024,N=1024,K=1024", "M=128,N=4096,K=4096")
+    benchmark_shapes = ("M=1024,N=1024,K=1024", "M=512,N=4096,K=1024", "M=128,N=4096,K=4096")
     entry = "linear_add_gelu"
     tiling_type = "LinearAddGeluTiling"
     kernel_file = "linear_add_gelu.cpp"
@@ -175,6 +176,9 @@ class LinearAddGelu(OpSpec):
             stages=mb * nb,
             overlapped=tiling["dbL0C"] == 2,
         )
+
+    def matmul_flops(self, shape: Shape) -> int:
+        return 2 * shape["M"] * shape["N"] * shape["K"]
 
     def traffic(self, shape: Shape, dtype: str) -> Traffic:
         m, n, k, size = shape["M"], shape["N"], shape["K"], itemsize(dtype)

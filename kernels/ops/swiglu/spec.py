@@ -46,6 +46,7 @@ class Swiglu(OpSpec):
     summary = "out = silu(g) * u, g and u [T, I]; the SwiGLU API per UB tile"
     dims = ("T", "I")
     examples = ("T=1,I=1", "T=3,I=17", "T=2048,I=2752")
+    benchmark_shapes = ("T=2048,I=2752",)
     entry = "swiglu"
     tiling_type = "SwigluTiling"
     kernel_file = "swiglu.cpp"

@@ -40,6 +40,7 @@ class SwigluMlp(OpSpec):
     summary = "Out = silu(X[T,H]·Wg[H,I]) * (X·Wu[H,I]); two Matmuls, SwiGLU on the C blocks in UB"
     dims = ("T", "H", "I")
     examples = ("T=3,H=17,I=20", "T=33,H=70,I=130", "T=512,H=1024,I=2752")
+    benchmark_shapes = ("T=512,H=1024,I=2752",)
     entry = "swiglu_mlp"
     tiling_type = "SwigluMlpTiling"
     kernel_file = "swiglu_mlp.cpp"
@@ -171,6 +172,9 @@ class SwigluMlp(OpSpec):
             stages=mb * nb,
             overlapped=tiling["dbL0C"] == 2,
         )
+
+    def matmul_flops(self, shape: Shape) -> int:
+        return 4 * shape["T"] * shape["H"] * shape["I"]  # two T×H×I products
 
     def traffic(self, shape: Shape, dtype: str) -> Traffic:
         t, h, i, size = shape["T"], shape["H"], shape["I"], itemsize(dtype)

@@ -9,24 +9,24 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from tilewise.cli._common import app, err, fail, out
+from tilewise.errors import InputError, TilewiseError
+
 DEFAULT_STRATEGIES = ("random", "tpe", "default")
 
-
-def register(app: typer.Typer) -> None:
-    bench_app = typer.Typer(help="Benchmarks of tilewise's search.", no_args_is_help=True)
-    app.add_typer(bench_app, name="bench")
-    bench_app.command("search")(search)
-    bench_app.command("kernels")(kernels)
+bench_app = typer.Typer(help="Benchmarks of tilewise's search.", no_args_is_help=True)
+app.add_typer(bench_app, name="bench")
 
 
+@bench_app.command("kernels")
 def kernels(
     op: Annotated[
-        str | None, typer.Option("--op", help="One op; default: all six at issue 6's shapes.")
+        str | None, typer.Option("--op", help="One op; default: every op at its benchmark shapes.")
     ] = None,
     budget: Annotated[
         int,
         typer.Option(help="Tune evaluations per shape (temporary database); 0 = no tuning."),
-    ] = 40,  # _bench_kernels.DEFAULT_BUDGET, which CLI start-up must not import
+    ] = 40,  # tilewise.bench.kernels.DEFAULT_BUDGET, which CLI start-up must not import
     seed: Annotated[int, typer.Option(help="Sampler and input seed.")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list of rows.")] = False,
 ) -> None:
@@ -34,11 +34,33 @@ def kernels(
     roofline of this machine, fp32."""
     # Imported here, not at CLI load: numpy starts threads on import, and `tilewise worker`
     # must block its stop signals before any thread exists.
-    from tilewise._bench_kernels import command
+    from tilewise.bench import kernels as bench
+    from tilewise.kernels.backends import create_backend
+    from tilewise.settings import get_settings
 
-    command(op=op, budget=budget, seed=seed, as_json=as_json)
+    try:
+        if budget < 0:
+            raise InputError(f"budget must be 0 or more, got {budget}")
+        todo = bench.cases(op)
+        settings = get_settings()
+        backend = create_backend("cpu-twin")
+    except TilewiseError as exc:
+        fail(str(exc))
+
+    def log(message: str) -> None:
+        err.print(f"  {message}", highlight=False, markup=False)
+
+    with backend:
+        rows, machine = bench.run(
+            todo, backend=backend, settings=settings, budget=budget, seed=seed, log=log
+        )
+    if as_json:
+        print(json.dumps(rows))
+        return
+    bench.print_report(rows, machine, budget, out.width)
 
 
+@bench_app.command("search")
 def search(
     space: Annotated[Path, typer.Option("--space", help="A recorded space (CSV).")],
     strategy: Annotated[
@@ -66,8 +88,6 @@ def search(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Run each strategy --seeds times on a recorded space; report how fast each gets close."""
-    from tilewise.cli import _fail, err, out
-    from tilewise.errors import InputError, TilewiseError
     from tilewise.search import _bench
     from tilewise.search._replay import ReplaySpace
     from tilewise.search._strategies import make_sampler
@@ -83,7 +103,7 @@ def search(
         replay = ReplaySpace(space)
         warm = _bench.warm_configs(replay, ReplaySpace(warm_from)) if warm_from is not None else []
     except TilewiseError as exc:
-        _fail(str(exc))
+        fail(str(exc))
 
     def show(label: str, seed: int) -> None:
         err.print(f"  {label} seed {seed} done", highlight=False)

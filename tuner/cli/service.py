@@ -1,4 +1,4 @@
-"""`tilewise` commands: service (registered on the main app by tilewise.cli).
+"""``tilewise worker`` and ``tilewise serve``.
 
 ``tilewise worker`` runs one worker in this process (see :mod:`tilewise.worker`).
 ``tilewise serve`` runs the API (uvicorn, in this process) and N worker processes that it
@@ -6,8 +6,8 @@ supervises: a worker that dies is started again; SIGTERM or SIGINT stops the API
 every worker to stop (each finishes its trial in flight and hands its job back), then exits.
 """
 
-# No `from __future__ import annotations`: typer reads the commands' annotations at run time,
-# and they name option types imported inside register().
+from __future__ import annotations
+
 import importlib
 import ipaddress
 import logging
@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+
+from tilewise.cli._common import DbOpt, TargetOpt, app, err, fail, settings_for
 
 if TYPE_CHECKING:
     from tilewise.settings import Settings
@@ -45,7 +47,7 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def service_settings(settings: "Settings", host: str) -> "Settings":
+def service_settings(settings: Settings, host: str) -> Settings:
     """The settings `serve` runs with: dev mode (writes without a token) on a loopback address
     without a token; refused on any other address without a token.
 
@@ -66,7 +68,7 @@ def service_settings(settings: "Settings", host: str) -> "Settings":
     )
 
 
-def load_app_factory(spec: str) -> Callable[["Settings"], Any]:
+def load_app_factory(spec: str) -> Callable[[Settings], Any]:
     from tilewise.errors import ConfigError
 
     module_name, _, attr = spec.partition(":")
@@ -187,116 +189,112 @@ def _configure_logging() -> None:
     logging.getLogger("alembic").setLevel(logging.WARNING)
 
 
-def register(app: typer.Typer) -> None:
-    """Add this module's commands to `app`."""
-    # tilewise.cli calls this at the end of its import: its helpers exist by then.
-    from tilewise.cli import DbOpt, TargetOpt, _fail, _settings, err
+@app.command("worker")
+def worker(
+    target: TargetOpt = "cpu-twin",
+    device: Annotated[
+        int | None,
+        # At most int32: the workers table stores it so; a larger one made every heartbeat
+        # fail on PostgreSQL while the worker ran on, unseen (found by the CLI fuzz test).
+        typer.Option(min=0, max=2**31 - 1, help="Device (NPU) index this worker uses."),
+    ] = None,
+    db: DbOpt = None,
+    max_jobs: Annotated[
+        int | None, typer.Option("--max-jobs", min=1, help="Exit after this many jobs.")
+    ] = None,
+    exit_when_idle: Annotated[
+        bool,
+        typer.Option("--exit-when-idle", help="Exit when no job is waiting (batch use)."),
+    ] = False,
+    parent_pid: Annotated[int | None, typer.Option(hidden=True)] = None,
+) -> None:
+    """Claim queued jobs of TARGET from the database and tune them, until SIGTERM/SIGINT.
 
-    @app.command("worker")
-    def worker(
-        target: TargetOpt = "cpu-twin",
-        device: Annotated[
-            int | None,
-            # At most int32: the workers table stores it so; a larger one made every heartbeat
-            # fail on PostgreSQL while the worker ran on, unseen (found by the CLI fuzz test).
-            typer.Option(min=0, max=2**31 - 1, help="Device (NPU) index this worker uses."),
-        ] = None,
-        db: DbOpt = None,
-        max_jobs: Annotated[
-            int | None, typer.Option("--max-jobs", min=1, help="Exit after this many jobs.")
-        ] = None,
-        exit_when_idle: Annotated[
-            bool,
-            typer.Option("--exit-when-idle", help="Exit when no job is waiting (batch use)."),
-        ] = False,
-        parent_pid: Annotated[int | None, typer.Option(hidden=True)] = None,
-    ) -> None:
-        """Claim queued jobs of TARGET from the database and tune them, until SIGTERM/SIGINT.
+    On SIGTERM or SIGINT the trial in flight completes, then the job is finished (budget
+    spent) or handed back to the queue for another worker; the exit code is 0.
+    """
+    from tilewise.errors import TilewiseError
+    from tilewise.worker import Worker, block_stop_signals, stop_on_signals
 
-        On SIGTERM or SIGINT the trial in flight completes, then the job is finished (budget
-        spent) or handed back to the queue for another worker; the exit code is 0.
-        """
-        from tilewise.errors import TilewiseError
-        from tilewise.worker import Worker, block_stop_signals, stop_on_signals
-
-        _configure_logging()
-        # Before any thread or child process exists: they inherit the blocked signals, and a
-        # signal that arrives meanwhile waits for stop_on_signals.
-        block_stop_signals()
-        try:
-            w = Worker(
-                settings=_settings(db),
-                target=target,
-                device=device,
-                max_jobs=max_jobs,
-                exit_when_idle=exit_when_idle,
-                parent_pid=parent_pid,
-            )
-        except TilewiseError as exc:
-            _fail(str(exc))
-        stop_on_signals(w)
-        done = w.run()
-        err.print(f"worker {w.id}: stopped after {done} job(s)", highlight=False)
-
-    @app.command("serve")
-    def serve(
-        host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
-        port: Annotated[int, typer.Option(min=1, max=65535, help="Port to listen on.")] = 8000,
-        workers: Annotated[
-            int,
-            typer.Option(
-                min=0,
-                help="Local worker processes (0: API only). On the cpu-twin each uses every "
-                "core while it measures, so more than one per host skews timings.",
-            ),
-        ] = 1,
-        target: TargetOpt = "cpu-twin",
-        db: DbOpt = None,
-        app_factory: Annotated[str, typer.Option("--app", hidden=True)] = DEFAULT_APP,
-    ) -> None:
-        """Run the REST API and local workers on one database (default: the SQLite file)."""
-        from tilewise import store
-        from tilewise.errors import TilewiseError
-
-        _configure_logging()
-        try:
-            settings = service_settings(_settings(db), host)
-            store.open_store(settings.db_url).close()  # create / check the schema once
-            api = load_app_factory(app_factory)(settings)
-        except TilewiseError as exc:
-            _fail(str(exc))
-        if settings.dev_mode:
-            err.print(
-                f"dev mode: writes need no token (listening on {host} only);"
-                " set TILEWISE_API_TOKEN to require one",
-                highlight=False,
-                soft_wrap=True,
-            )
-
-        import uvicorn
-
-        server = uvicorn.Server(uvicorn.Config(api, host=host, port=port, log_level="info"))
-        signalled: list[int] = []
-
-        def on_signal(signum: int, _frame: object) -> None:
-            # Before uvicorn takes the signals over, and again when it re-raises them after
-            # its shutdown: not the default action (which would kill `serve` mid-cleanup).
-            signalled.append(signum)
-            server.should_exit = True
-
-        previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
-        pool = WorkerPool(
-            count=workers,
+    _configure_logging()
+    # Before any thread or child process exists: they inherit the blocked signals, and a
+    # signal that arrives meanwhile waits for stop_on_signals.
+    block_stop_signals()
+    try:
+        w = Worker(
+            settings=settings_for(db),
             target=target,
-            db_url=settings.db_url,
-            grace_s=settings.build_timeout_s + 2 * settings.run_timeout_s,
+            device=device,
+            max_jobs=max_jobs,
+            exit_when_idle=exit_when_idle,
+            parent_pid=parent_pid,
         )
-        try:
-            pool.start()
-            server.run()
-        finally:
-            pool.stop()
-            for s, handler in previous.items():
-                signal.signal(s, handler)
-        if not server.started and not signalled:
-            _fail(f"the API could not start on {host}:{port} (see the log above)")
+    except TilewiseError as exc:
+        fail(str(exc))
+    stop_on_signals(w)
+    done = w.run()
+    err.print(f"worker {w.id}: stopped after {done} job(s)", highlight=False)
+
+
+@app.command("serve")
+def serve(
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Port to listen on.")] = 8000,
+    workers: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="Local worker processes (0: API only). On the cpu-twin each uses every "
+            "core while it measures, so more than one per host skews timings.",
+        ),
+    ] = 1,
+    target: TargetOpt = "cpu-twin",
+    db: DbOpt = None,
+    app_factory: Annotated[str, typer.Option("--app", hidden=True)] = DEFAULT_APP,
+) -> None:
+    """Run the REST API and local workers on one database (default: the SQLite file)."""
+    from tilewise import store
+    from tilewise.errors import TilewiseError
+
+    _configure_logging()
+    try:
+        settings = service_settings(settings_for(db), host)
+        store.open_store(settings.db_url).close()  # create / check the schema once
+        api = load_app_factory(app_factory)(settings)
+    except TilewiseError as exc:
+        fail(str(exc))
+    if settings.dev_mode:
+        err.print(
+            f"dev mode: writes need no token (listening on {host} only);"
+            " set TILEWISE_API_TOKEN to require one",
+            highlight=False,
+            soft_wrap=True,
+        )
+
+    import uvicorn
+
+    server = uvicorn.Server(uvicorn.Config(api, host=host, port=port, log_level="info"))
+    signalled: list[int] = []
+
+    def on_signal(signum: int, _frame: object) -> None:
+        # Before uvicorn takes the signals over, and again when it re-raises them after
+        # its shutdown: not the default action (which would kill `serve` mid-cleanup).
+        signalled.append(signum)
+        server.should_exit = True
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    pool = WorkerPool(
+        count=workers,
+        target=target,
+        db_url=settings.db_url,
+        grace_s=settings.build_timeout_s + 2 * settings.run_timeout_s,
+    )
+    try:
+        pool.start()
+        server.run()
+    finally:
+        pool.stop()
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    if not server.started and not signalled:
+        fail(f"the API could not start on {host}:{port} (see the log above)")

@@ -1,0 +1,5 @@
+"""``python -m tilewise.cli``: the ``tilewise`` command."""
+
+from tilewise.cli import main
+
+main()

@@ -1,0 +1,70 @@
+"""What every ``tilewise`` command shares: the typer app, the consoles, the option types, and
+the way bad input ends (one ``error:`` line on stderr, exit code 2, before anything is written).
+
+Command modules import this module, never each other; :mod:`tilewise.cli` imports them all so
+that their commands are registered on :data:`app`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+
+import typer
+from rich.console import Console
+
+from tilewise.errors import InputError
+from tilewise.settings import Settings, get_settings
+
+if TYPE_CHECKING:  # the kernels (numpy) are imported when a command runs, not at start-up
+    from tilewise.kernels.request import WorkloadRequest
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Autotune tiling parameters of fused Ascend C kernels.",
+    pretty_exceptions_enable=False,
+)
+
+out = Console()
+err = Console(stderr=True)
+
+ShapeOpt = Annotated[str, typer.Option("--shape", help="Dims, e.g. M=1024,N=1024,K=1024.")]
+DtypeOpt = Annotated[str, typer.Option("--dtype", help="float32 or float16.")]
+TargetOpt = Annotated[str, typer.Option("--target", help="cpu-twin or an Ascend SoC profile.")]
+DbOpt = Annotated[str | None, typer.Option("--db", help="SQLAlchemy URL; default from settings.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
+
+#: How an error line is printed: as is, unwrapped whatever the terminal's width.
+ONE_LINE: dict[str, Any] = {"markup": False, "highlight": False, "soft_wrap": True}
+
+#: Samplers seed numpy's generators, which take 0 .. 2**32 - 1.
+MAX_SEED = 2**32 - 1
+
+
+def fail(message: str) -> NoReturn:
+    """End the command: one line on stderr (scripts grep it), exit code 2."""
+    err.print(f"error: {' '.join(message.split())}", **ONE_LINE)
+    raise typer.Exit(2)
+
+
+def settings_for(db: str | None) -> Settings:
+    """The settings, with ``--db`` when given. An empty ``--db`` (say "$DB_URL" unset) is a bad
+    URL, not the default database."""
+    settings = get_settings()
+    return settings.model_copy(update={"db_url": db}) if db is not None else settings
+
+
+def workload_request(
+    op: str, shape: str, dtype: str, target: str, settings: Settings
+) -> WorkloadRequest:
+    """The checked (op, shape, dtype, target) of a command line; raises InputError."""
+    from tilewise.kernels.request import resolve_request
+
+    return resolve_request(op, shape, dtype, target, max_elements=settings.max_elements)
+
+
+def check_seed(seed: int | None) -> None:
+    """A seed numpy takes: a bad one failed deep in the first trial, after the database was
+    written."""
+    if seed is not None and not 0 <= seed <= MAX_SEED:
+        raise InputError(f"seed must be between 0 and {MAX_SEED}, got {seed}")

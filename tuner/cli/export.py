@@ -1,0 +1,100 @@
+"""``tilewise export``: a tiling table as versioned JSON or a C header."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from tilewise.cli._common import app, err, fail, settings_for
+
+FORMATS = ("json", "header")
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file in the same directory and a rename:
+    readers see the old file or the new one, never a part."""
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temp, 0o666 & ~umask)  # mkstemp makes it 0600
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+
+
+@app.command("export")
+def export(
+    op: Annotated[str, typer.Argument(help="Op name, see `tilewise ops`.")],
+    target: Annotated[
+        str | None, typer.Option("--target", help="Only this target (default: all).")
+    ] = None,
+    dtype: Annotated[
+        str | None, typer.Option("--dtype", help="Only this dtype (default: all).")
+    ] = None,
+    fmt: Annotated[
+        str, typer.Option("--format", help="json (for tilewise.runtime) or header (C).")
+    ] = "json",
+    output: Annotated[
+        str, typer.Option("--output", "-o", help="File to write; - for stdout.")
+    ] = "-",
+    db: Annotated[
+        str | None, typer.Option("--db", help="SQLAlchemy URL; default from settings.")
+    ] = None,
+) -> None:
+    """Export OP's tiling table as versioned JSON or a C header for a host TilingFunc."""
+    from tilewise import export as exporting
+    from tilewise.errors import InputError, TilewiseError
+
+    settings = settings_for(db)
+    try:
+        if fmt not in FORMATS:
+            raise InputError(f"unknown format {fmt!r}; one of: {', '.join(FORMATS)}")
+        exporting.canonical_filters(op, target, dtype)  # bad names fail before the DB
+        path = None if output == "-" else Path(output).expanduser()
+        if path is not None and not path.parent.is_dir():
+            raise InputError(f"cannot write {path}: no directory {path.parent}")
+        if path is not None and path.is_dir():
+            raise InputError(f"cannot write {path}: it is a directory")
+        from tilewise import store
+
+        db_handle = store.open_store(settings.db_url, create=False)
+        try:
+            with db_handle.session() as session:
+                doc = exporting.table_document(session, op=op, target=target, dtype=dtype)
+        finally:
+            db_handle.close()
+        if fmt == "json":
+            text = exporting.dump_document(doc)
+        else:
+            text = exporting.render_header(doc, op=op)
+        if path is None:
+            sys.stdout.write(text)
+        else:
+            write_atomically(path, text)
+    except TilewiseError as exc:
+        fail(str(exc))
+    except OSError as exc:
+        fail(f"cannot write {output}: {exc.strerror or exc}")
+    if path is not None:
+        count = len(doc["entries"])
+        if fmt == "header":  # the header holds the op's current version only
+            from tilewise.kernels.ops import get_op
+
+            version = get_op(op).version
+            count = sum(1 for e in doc["entries"] if e["op_version"] == version)
+        err.print(
+            f"wrote {count} entries of {op} ({fmt}) to {path}",
+            markup=False,
+            highlight=False,
+        )

@@ -1,0 +1,98 @@
+"""``tilewise show``: the stored best tiling of one workload."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+
+from tilewise.cli._common import (
+    DbOpt,
+    DtypeOpt,
+    JsonOpt,
+    ShapeOpt,
+    TargetOpt,
+    app,
+    fail,
+    out,
+    settings_for,
+    workload_request,
+)
+from tilewise.errors import TilewiseError
+
+
+@app.command()
+def show(
+    op: Annotated[str, typer.Argument(help="Op name.")],
+    shape: ShapeOpt,
+    dtype: DtypeOpt = "float32",
+    target: TargetOpt = "cpu-twin",
+    db: DbOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Show the stored best tiling of a workload."""
+    from tilewise import store
+    from tilewise.types import Workload
+
+    settings = settings_for(db)
+    try:
+        asked = workload_request(op, shape, dtype, target, settings)
+        spec, parsed, dtype, profile = asked.spec, asked.shape, asked.dtype, asked.target
+        workload = Workload(spec.name, spec.version, profile.name, dtype, parsed)
+        best = None
+        if not missing_sqlite_file(settings.db_url):  # no database yet: nothing is tuned
+            db_handle = store.open_store(settings.db_url, create=False)
+            with db_handle.session() as s:
+                row = store.find_workload(s, key=workload.key)
+                best = store.get_tiling(s, workload_id=row.id) if row else None
+            db_handle.close()
+    except TilewiseError as exc:
+        fail(str(exc))
+    if best is None:
+        if as_json:
+            print(json.dumps({"workload": workload.to_dict(), "tuned": False}))
+        else:
+            out.print(
+                f"{spec.name} {parsed} {dtype} on {profile.name}: not tuned "
+                f"(run `tilewise tune {spec.name} --shape {parsed.key()}`)"
+            )
+        raise typer.Exit(1)
+    result = {
+        "workload": workload.to_dict(),
+        "tuned": True,
+        "tiling": dict(best.tiling),
+        "latency_us": best.latency_us,
+        "default_latency_us": best.default_latency_us,
+        "speedup": best.speedup,
+        "evaluations": best.evaluations,
+    }
+    if as_json:
+        print(json.dumps(result))
+    else:
+        speed = f"{best.speedup:.2f}x" if best.speedup else "n/a"
+        out.print(
+            f"{spec.name} {parsed} {dtype} on {profile.name}: {json.dumps(dict(best.tiling))}"
+        )
+        out.print(
+            f"latency {best.latency_us:.1f} us, speedup over default {speed}, "
+            f"{best.evaluations} evaluations"
+        )
+
+
+def missing_sqlite_file(url: str) -> bool:
+    from pathlib import Path
+
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return False  # not a URL at all: opening it says so (a traceback here before)
+    database = parsed.database or ""
+    return (
+        parsed.get_backend_name() == "sqlite"
+        and database not in ("", ":memory:")
+        and not Path(database).exists()
+    )
