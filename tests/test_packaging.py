@@ -41,6 +41,7 @@ def test_the_wheel_holds_one_top_level_package(wheel: Path) -> None:
         "tilewise/kernels/twin/runner/runner.cpp",
         "tilewise/kernels/backends/_ascend/templates/CMakeLists.txt.j2",
         "tilewise/api/templates/index.html",
+        "tilewise/templates/tiling_table.h.j2",
         "tilewise/migrations/versions/0001_initial.py",
         "tilewise/migrations/alembic.ini",
     ):
