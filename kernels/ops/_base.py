@@ -185,8 +185,9 @@ class OpSpec(ABC):
     name: ClassVar[str]
     summary: ClassVar[str]
     dims: ClassVar[tuple[str, ...]]
-    #: Shapes that exercise the op (edge cases such as a single row or a zero padding, and a
-    #: model-sized one), as ``Shape.parse`` reads them: the tests that sweep every op use these.
+    #: Small shapes that exercise the op's edge cases (a single row, ragged tiles, a zero
+    #: padding), as ``Shape.parse`` reads them, small enough to run on the twin in a test: the
+    #: tests that sweep every op use these (and :attr:`benchmark_shapes` where nothing runs).
     examples: ClassVar[tuple[str, ...]]
     #: The model-sized shapes ``tilewise bench kernels`` times the kernel at.
     benchmark_shapes: ClassVar[tuple[str, ...]] = ()

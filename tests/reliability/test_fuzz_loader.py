@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from tests.reliability._report import record
 from tilewise.errors import InputError, StoreError
 from tilewise.export import FORMAT, FORMAT_VERSION, TableFormatError, dump_document
-from tilewise.kernels.ops import OPS, get_op
+from tilewise.kernels.ops import get_op, list_ops
 from tilewise.kernels.targets import get_target
 from tilewise.runtime import TilingTable
 from tilewise.types import Shape
@@ -41,16 +41,9 @@ FUZZ = settings(
     phases=[Phase.explicit, Phase.generate],  # a failure as found: shrinking takes minutes
 )
 
+#: Two example shapes of every op (OpSpec.examples; a conv with pad=0 among them).
 SHAPES: dict[str, list[dict[str, int]]] = {
-    "scale_relu_dropout": [{"N": 4096}, {"N": 65536}],
-    "linear_add_gelu": [{"M": 128, "N": 256, "K": 64}, {"M": 1024, "N": 1024, "K": 512}],
-    "swiglu": [{"T": 64, "I": 512}],
-    "layernorm_gelu": [{"R": 64, "H": 1024}],
-    "swiglu_mlp": [{"T": 16, "H": 256, "I": 512}],
-    "conv_bias_leakyrelu": [
-        {"N": 1, "C": 16, "H": 14, "W": 14, "K": 32, "R": 3, "S": 3, "stride": 1, "pad": 0},
-        {"N": 1, "C": 16, "H": 14, "W": 14, "K": 32, "R": 3, "S": 3, "stride": 1, "pad": 1},
-    ],
+    spec.name: [dict(shape) for shape in spec.example_shapes()[-2:]] for spec in list_ops()
 }
 
 
@@ -77,7 +70,6 @@ def _document() -> dict[str, Any]:
         for op, shapes in SHAPES.items()
         for shape in shapes
         for target, dtype in (("cpu-twin", "float32"), ("ascend910b1", "float16"))
-        if op in OPS and set(shape) == set(get_op(op).dims)
     ]
     return {
         "format": FORMAT,

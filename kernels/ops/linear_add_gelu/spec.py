@@ -43,7 +43,7 @@ class LinearAddGelu(OpSpec):
     name = "linear_add_gelu"
     summary = "Out = GELU_tanh(X[M,K]·W[K,N] + b[N]); bias and GELU on the C block in UB"
     dims = ("M", "N", "K")
-    examples = ("M=1,N=17,K=3", "M=33,N=40,K=70", "M=1024,N=1024,K=1024", "M=128,N=4096,K=4096")
+    examples = ("M=1,N=17,K=3", "M=33,N=40,K=70", "M=100,N=130,K=50")
     benchmark_shapes = ("M=1024,N=1024,K=1024", "M=512,N=4096,K=1024", "M=128,N=4096,K=4096")
     entry = "linear_add_gelu"
     tiling_type = "LinearAddGeluTiling"

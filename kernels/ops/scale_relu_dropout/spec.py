@@ -79,7 +79,7 @@ class ScaleReluDropout(OpSpec):
     name = "scale_relu_dropout"
     summary = "y = relu(x*scale) * mask / (1-p); mask from a hash of (seed, index)"
     dims = ("N",)
-    examples = ("N=1", "N=1000", "N=2048", "N=4096", "N=8192", "N=1000003", "N=16777216")
+    examples = ("N=1", "N=1003", "N=2048", "N=4096", "N=8192", "N=70001", "N=1000003")
     benchmark_shapes = ("N=16777216",)
     entry = "scale_relu_dropout"
     tiling_type = "ScaleReluDropoutTiling"

@@ -45,7 +45,7 @@ class Swiglu(OpSpec):
     name = "swiglu"
     summary = "out = silu(g) * u, g and u [T, I]; the SwiGLU API per UB tile"
     dims = ("T", "I")
-    examples = ("T=1,I=1", "T=3,I=17", "T=2048,I=2752")
+    examples = ("T=1,I=1", "T=3,I=17", "T=37,I=1001")
     benchmark_shapes = ("T=2048,I=2752",)
     entry = "swiglu"
     tiling_type = "SwigluTiling"

@@ -13,7 +13,7 @@ import pytest
 from tests.kernels.backends.fault_op.spec import FaultOp
 from tilewise.kernels.backends import BuildLimits, MeasureOptions, _cpu_twin
 from tilewise.kernels.backends._cpu_twin import CpuTwinBackend
-from tilewise.kernels.ops import OpSpec, StructField, get_op
+from tilewise.kernels.ops import OpSpec, StructField, get_op, list_ops
 from tilewise.kernels.targets import twin_target
 from tilewise.settings import Settings
 from tilewise.types import Shape, Tiling
@@ -41,23 +41,8 @@ def random_valid_tilings(spec: OpSpec, shape: Shape, dtype: str, n: int, seed: i
     return found
 
 
-CASES = [
-    ("linear_add_gelu", "M=1,N=17,K=3"),
-    ("linear_add_gelu", "M=33,N=40,K=70"),
-    ("linear_add_gelu", "M=100,N=130,K=50"),
-    ("scale_relu_dropout", "N=1"),
-    ("scale_relu_dropout", "N=1003"),
-    ("scale_relu_dropout", "N=70001"),
-    ("swiglu", "T=3,I=17"),
-    ("swiglu", "T=37,I=1001"),
-    ("layernorm_gelu", "R=5,H=33"),
-    ("layernorm_gelu", "R=5,H=5000"),
-    ("layernorm_gelu", "R=2,H=20000"),  # the default splits each row
-    ("swiglu_mlp", "T=3,H=17,I=20"),
-    ("swiglu_mlp", "T=33,H=70,I=130"),
-    ("conv_bias_leakyrelu", "N=1,C=3,H=7,W=7,K=5,R=3,S=3,stride=2,pad=1"),
-    ("conv_bias_leakyrelu", "N=2,C=5,H=13,W=11,K=20,R=3,S=2,stride=1,pad=0"),
-]
+#: Every op at each of its example shapes (OpSpec.examples).
+CASES = [(spec.name, shape) for spec in list_ops() for shape in spec.examples]
 
 
 @pytest.mark.slow

@@ -14,8 +14,8 @@ from tilewise.kernels.ops.scale_relu_dropout.spec import DROP_P, keep_mask
 from tilewise.kernels.targets import BUILTIN, get_target, twin_target
 from tilewise.types import Shape, Tiling
 
-#: Each op's example shapes (OpSpec.examples): a new op is swept without an edit here.
-SHAPES = {spec.name: list(spec.examples) for spec in list_ops()}
+#: Each op's example and benchmark shapes (OpSpec): a new op is swept without an edit here.
+SHAPES = {spec.name: [*spec.examples, *spec.benchmark_shapes] for spec in list_ops()}
 
 
 #: The ops _emulate writes out, at a shape the benchmark runs (OpSpec.benchmark_shapes): the
