@@ -13,6 +13,7 @@ Optuna's RDB storage may share the database: our tables are ``tw_*`` and our Ale
 table is ``tilewise_alembic_version``.
 """
 
+from tilewise.status import JobStatus, RecordSource, RecordStatus, WorkerStatus
 from tilewise.store._engine import (
     VERSION_TABLE,
     Store,
@@ -63,7 +64,6 @@ from tilewise.store._repo import (
     update_job_progress,
     upsert_tiling,
 )
-from tilewise.store._status import JobStatus, RecordStatus, WorkerStatus
 
 __all__ = [
     "SOURCE_PREDICTED",
@@ -72,6 +72,7 @@ __all__ = [
     "JobRow",
     "JobStatus",
     "RecordRow",
+    "RecordSource",
     "RecordStatus",
     "Store",
     "TilingRow",

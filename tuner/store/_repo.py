@@ -24,6 +24,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from tilewise.errors import InputError
+from tilewise.status import JobStatus, RecordSource, RecordStatus, WorkerStatus
 from tilewise.store._models import (
     JobAssistModel,
     JobModel,
@@ -33,13 +34,11 @@ from tilewise.store._models import (
     WorkloadModel,
     utcnow,
 )
-from tilewise.store._status import JobStatus, RecordStatus, WorkerStatus
 from tilewise.types import Shape, Tiling, Workload
 
-#: Record source of model predictions: never "measured", never a best tiling by default.
-SOURCE_PREDICTED = "predicted"
-#: Record source of the side-by-side re-measures at the end of a run: not an evaluation.
-SOURCE_REMEASURE = "remeasure"
+#: The record sources that the store's queries single out, by the names callers know them by.
+SOURCE_PREDICTED = RecordSource.PREDICTED
+SOURCE_REMEASURE = RecordSource.REMEASURE
 
 
 # ---------------------------------------------------------------------------------------------
