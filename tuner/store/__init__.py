@@ -9,11 +9,26 @@ the repository functions::
         row = commit_workload(session, workload)
         add_record(session, workload_id=row.id, tiling=t, status="ok", latency_us=12.5, ...)
 
+The repository functions are the only way tilewise reads and writes its tables. Every one takes
+a :class:`~sqlalchemy.orm.Session` and keyword-only arguments, flushes but never commits (the
+caller's ``session_scope`` does), and returns frozen ``*Row`` values that stay valid after the
+session is closed. "Now" is this host's UTC clock (``now=`` overrides it, for tests). They live
+in one module per aggregate: workloads and records, the tiling table, jobs and their leases, a
+job's evaluations and assistants, workers.
+
 Optuna's RDB storage may share the database: our tables are ``tw_*`` and our Alembic version
 table is ``tilewise_alembic_version``.
 """
 
 from tilewise.status import JobStatus, RecordSource, RecordStatus, WorkerStatus
+from tilewise.store._assists import (
+    assist_job,
+    end_assist,
+    job_assistants,
+    job_evaluations,
+    may_tag_record,
+    renew_assist,
+)
 from tilewise.store._engine import (
     VERSION_TABLE,
     Store,
@@ -27,42 +42,42 @@ from tilewise.store._engine import (
     safe_url,
     session_scope,
 )
-from tilewise.store._repo import (
-    SOURCE_PREDICTED,
-    SOURCE_REMEASURE,
+from tilewise.store._jobs import (
     JobRow,
-    RecordRow,
-    TilingRow,
-    WorkerRow,
-    WorkloadRow,
-    add_record,
-    assist_job,
-    best_tilings,
     cancel_job,
     claim_job,
-    commit_workload,
     create_job,
-    end_assist,
-    find_record,
-    find_workload,
     finish_job,
     get_job,
-    get_tiling,
-    get_workload,
-    heartbeat_worker,
     holds_job,
-    job_assistants,
-    job_evaluations,
     list_jobs,
-    list_workers,
-    may_tag_record,
-    records_for,
     release_job,
-    renew_assist,
     renew_lease,
-    top_k,
     update_job_progress,
+)
+from tilewise.store._records import (
+    SOURCE_PREDICTED,
+    SOURCE_REMEASURE,
+    RecordRow,
+    WorkloadRow,
+    add_record,
+    commit_workload,
+    find_record,
+    find_workload,
+    get_workload,
+    records_for,
+)
+from tilewise.store._tilings import (
+    TilingRow,
+    best_tilings,
+    get_tiling,
+    top_k,
     upsert_tiling,
+)
+from tilewise.store._workers import (
+    WorkerRow,
+    heartbeat_worker,
+    list_workers,
 )
 
 __all__ = [

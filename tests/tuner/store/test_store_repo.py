@@ -12,7 +12,6 @@ from tilewise.store import (
     SOURCE_PREDICTED,
     RecordStatus,
     Store,
-    _repo,
     add_record,
     best_tilings,
     commit_workload,
@@ -25,6 +24,7 @@ from tilewise.store import (
     top_k,
     upsert_tiling,
 )
+from tilewise.store import _records as _repo
 from tilewise.store._models import RecordModel
 from tilewise.types import Shape, Tiling, Workload
 
