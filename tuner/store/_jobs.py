@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import and_, or_, select, update
+from sqlalchemy import func as sa_func
 from sqlalchemy.orm import Session
 
 from tilewise.errors import InputError
@@ -125,6 +126,12 @@ def list_jobs(
     if limit is not None:
         query = query.limit(limit)
     return [_job_row(m) for m in session.scalars(query.execution_options(populate_existing=True))]
+
+
+def count_jobs_by_status(session: Session) -> dict[JobStatus, int]:
+    """The number of jobs of each status that has any."""
+    query = select(JobModel.status, sa_func.count()).group_by(JobModel.status)
+    return {JobStatus(status): int(n) for status, n in session.execute(query)}
 
 
 def _claimable(now: datetime) -> Any:

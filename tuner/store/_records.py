@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from sqlalchemy import func as sa_func
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -138,6 +139,25 @@ def commit_workload(session: Session, workload: Workload) -> WorkloadRow:
             raise
         return found
     return workload_row(model)
+
+
+def lock_workload(session: Session, *, workload_id: int) -> None:
+    """Lock a workload's row until the transaction ends, so that callers deciding something per
+    workload (one active job each) decide one at a time.
+
+    PostgreSQL takes ``FOR NO KEY UPDATE``, the weaker row lock: the foreign keys of records and
+    tilings inserted meanwhile take KEY SHARE on the row and are not blocked. SQLite's
+    transactions hold the write lock anyway.
+    """
+    session.execute(
+        select(WorkloadModel.id)
+        .where(WorkloadModel.id == workload_id)
+        .with_for_update(key_share=True)
+    )
+
+
+def count_workloads(session: Session) -> int:
+    return int(session.scalar(select(sa_func.count()).select_from(WorkloadModel)) or 0)
 
 
 def add_record(

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from sqlalchemy import func as sa_func
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -120,6 +121,24 @@ def upsert_tiling(
 def get_tiling(session: Session, *, workload_id: int) -> TilingRow | None:
     m = session.get(TilingModel, workload_id)
     return None if m is None else _tiling_row(m)
+
+
+def count_tilings(session: Session) -> int:
+    """The workloads that have a tiling in the table."""
+    return int(session.scalar(select(sa_func.count()).select_from(TilingModel)) or 0)
+
+
+def tiling_table_fingerprint(session: Session) -> tuple[int, int, datetime | None]:
+    """A cheap summary of the tiling table that every upsert changes: its row count, the sum of
+    its record ids and its latest ``updated_at``. A new row changes the count; a replaced one
+    points at a newer record, whose id is larger."""
+    query = select(
+        sa_func.count(),
+        sa_func.coalesce(sa_func.sum(TilingModel.record_id), 0),
+        sa_func.max(TilingModel.updated_at),
+    )
+    rows, record_ids, updated_at = session.execute(query).one()
+    return int(rows), int(record_ids), updated_at
 
 
 def best_tilings(
