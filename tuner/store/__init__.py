@@ -7,7 +7,8 @@ the repository functions::
     store = open_store("sqlite:///tilewise.db")
     with session_scope(store) as session:
         row = commit_workload(session, workload)
-        add_record(session, workload_id=row.id, tiling=t, status="ok", latency_us=12.5, ...)
+        add_record(session, workload_id=row.id, tiling=t, status=RecordStatus.OK,
+                   latency_us=12.5, source=RecordSource.SEARCH, ...)
 
 The repository functions are the only way tilewise reads and writes its tables. Every one takes
 a :class:`~sqlalchemy.orm.Session` and keyword-only arguments, flushes but never commits (the

@@ -16,11 +16,10 @@ from sqlalchemy import func as sa_func
 from sqlalchemy.orm import Session
 
 from tilewise.errors import InputError
-from tilewise.status import JobStatus, RecordStatus
+from tilewise.status import JobStatus, RecordSource, RecordStatus
 from tilewise.store._coerce import rowcount
 from tilewise.store._jobs import JobRow, get_job
 from tilewise.store._models import JobAssistModel, JobModel, RecordModel, WorkloadModel, utcnow
-from tilewise.store._records import SOURCE_REMEASURE
 
 
 def job_evaluations(session: Session, *, job_id: int) -> int:
@@ -32,7 +31,7 @@ def job_evaluations(session: Session, *, job_id: int) -> int:
         .where(
             RecordModel.job_id == job_id,
             RecordModel.status != RecordStatus.INFEASIBLE,
-            RecordModel.source != SOURCE_REMEASURE,
+            RecordModel.source != RecordSource.REMEASURE,
         )
     )
     return int(session.scalar(query) or 0)

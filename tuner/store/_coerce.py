@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Any, TypeVar
 
 from tilewise.errors import InputError
-from tilewise.status import JobStatus, RecordStatus, WorkerStatus
 
-_E = TypeVar("_E", RecordStatus, JobStatus, WorkerStatus)
+_E = TypeVar("_E", bound=StrEnum)
 
 
 def enum_value(cls: type[_E], value: _E | str) -> _E:

@@ -22,7 +22,7 @@ from tilewise.store._coerce import enum_value
 from tilewise.store._models import RecordModel, WorkloadModel, utcnow
 from tilewise.types import Shape, Tiling, Workload
 
-#: The record sources that the store's queries single out, by the names callers know them by.
+#: The two sources callers filter records on, under the names tilewise.store exports.
 SOURCE_PREDICTED = RecordSource.PREDICTED
 SOURCE_REMEASURE = RecordSource.REMEASURE
 
@@ -61,7 +61,7 @@ class RecordRow:
     samples_us: tuple[float, ...] | None
     error: str | None
     constraints: Mapping[str, float] | None
-    source: str
+    source: RecordSource
     trial_number: int | None
     env: Mapping[str, Any]
     created_at: datetime
@@ -93,7 +93,7 @@ def record_row(m: RecordModel) -> RecordRow:
         samples_us=None if m.samples_us is None else tuple(m.samples_us),
         error=m.error,
         constraints=m.constraints,
-        source=m.source,
+        source=RecordSource(m.source),
         trial_number=m.trial_number,
         env=m.env,
         created_at=m.created_at,
@@ -171,7 +171,7 @@ def add_record(
     samples_us: Sequence[float] | None = None,
     error: str | None = None,
     constraints: Mapping[str, float] | None = None,
-    source: str,
+    source: RecordSource | str,
     trial_number: int | None = None,
     env: Mapping[str, Any],
     job_id: int | None = None,
@@ -184,10 +184,11 @@ def add_record(
     (:func:`holds_job` in the same transaction), so that :func:`job_evaluations` is exact.
 
     Raises:
-        InputError: unknown status, or latency/spread given for a non-ok record or missing for
-            an ok one.
+        InputError: unknown status or source, or latency/spread given for a non-ok record or
+            missing for an ok one.
     """
     status = enum_value(RecordStatus, status)
+    source = enum_value(RecordSource, source)
     if status is RecordStatus.OK:
         if latency_us is None:
             raise InputError("an ok record needs latency_us")
@@ -231,7 +232,7 @@ def find_record(session: Session, *, workload_id: int, tiling_key: str) -> Recor
         .where(
             RecordModel.workload_id == workload_id,
             RecordModel.tiling_key == tiling_key,
-            RecordModel.source != SOURCE_PREDICTED,
+            RecordModel.source != RecordSource.PREDICTED,
         )
         .order_by(RecordModel.id.desc())
         .limit(1)

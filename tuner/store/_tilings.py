@@ -15,10 +15,9 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from tilewise.errors import InputError
-from tilewise.status import RecordStatus
+from tilewise.status import RecordSource, RecordStatus
 from tilewise.store._models import RecordModel, TilingModel, WorkloadModel, utcnow
 from tilewise.store._records import (
-    SOURCE_PREDICTED,
     RecordRow,
     WorkloadRow,
     record_row,
@@ -68,7 +67,7 @@ def top_k(
         RecordModel.latency_us.is_not(None),
     )
     if not include_predicted:
-        query = query.where(RecordModel.source != SOURCE_PREDICTED)
+        query = query.where(RecordModel.source != RecordSource.PREDICTED)
     query = query.order_by(RecordModel.latency_us, RecordModel.id).limit(k)
     return [record_row(m) for m in session.scalars(query)]
 

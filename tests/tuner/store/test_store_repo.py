@@ -10,6 +10,7 @@ import sqlalchemy as sa
 from tilewise.errors import InputError, StoreError
 from tilewise.store import (
     SOURCE_PREDICTED,
+    RecordSource,
     RecordStatus,
     Store,
     add_record,
@@ -133,6 +134,34 @@ def test_records_are_appended_and_kept(store: Store) -> None:
         assert nulls == 1
         assert find_record(session, workload_id=wid, tiling_key=tiling.key()) == second
         assert find_record(session, workload_id=wid, tiling_key="{}") is None
+
+
+def test_record_sources_are_a_closed_vocabulary(store: Store) -> None:
+    with session_scope(store) as session:
+        wid = commit_workload(session, _workload()).id
+        row = add_record(
+            session,
+            workload_id=wid,
+            tiling=Tiling({"t": 1}),
+            status=RecordStatus.CRASHED,
+            source=RecordSource.DEFAULT,
+            env=ENV,
+        )
+        with pytest.raises(InputError, match="unknown RecordSource 'guess'"):
+            add_record(
+                session,
+                workload_id=wid,
+                tiling=Tiling({"t": 2}),
+                status=RecordStatus.CRASHED,
+                source="guess",
+                env=ENV,
+            )
+    with session_scope(store) as session:
+        (stored,) = records_for(session, workload_id=wid)
+    assert stored == row and stored.source is RecordSource.DEFAULT and stored.source == "default"
+    # The column holds the value itself: the enum needs no migration.
+    with session_scope(store) as session:
+        assert session.scalar(sa.select(RecordModel.source)) == "default"
 
 
 def test_record_latency_only_for_ok(store: Store) -> None:
