@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 from markupsafe import Markup
 
-from tilewise.store import SOURCE_PREDICTED, RecordRow
+from tilewise.store import RecordRow, RecordSource, RecordStatus
 
-EXCLUDED_SOURCES = frozenset({"remeasure", SOURCE_PREDICTED})
+EXCLUDED_SOURCES = frozenset({RecordSource.REMEASURE, RecordSource.PREDICTED})
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,9 @@ class Curve:
         latencies = tuple(
             r.latency_us
             for r in records
-            if r.status == "ok" and r.latency_us is not None and r.source not in EXCLUDED_SOURCES
+            if r.status is RecordStatus.OK
+            and r.latency_us is not None
+            and r.source not in EXCLUDED_SOURCES
         )
         best: list[float] = []
         for value in latencies:

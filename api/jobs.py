@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from tilewise import store
@@ -29,8 +28,6 @@ from tilewise.api.schemas import JobPublic, TunedPublic
 from tilewise.store import JobRow, JobStatus
 
 ACTIVE = (JobStatus.QUEUED, JobStatus.RUNNING)
-
-_WORKLOADS = sa.table("tw_workloads", sa.column("id"))
 
 
 @dataclass(frozen=True)
@@ -42,14 +39,6 @@ class Submitted:
     created: bool = False
 
 
-def _lock_workload(session: Session, workload_id: int) -> None:
-    session.execute(
-        sa.select(_WORKLOADS.c.id)
-        .where(_WORKLOADS.c.id == workload_id)
-        .with_for_update(key_share=True)
-    )
-
-
 def submit(session: Session, request: TuneRequest) -> Submitted:
     """Apply the submission policy of the module docstring."""
     workload = store.commit_workload(session, request.what.workload)
@@ -57,7 +46,7 @@ def submit(session: Session, request: TuneRequest) -> Submitted:
         tiling = store.get_tiling(session, workload_id=workload.id)
         if tiling is not None:
             return Submitted(tuned=TunedPublic.of(workload, tiling))
-    _lock_workload(session, workload.id)
+    store.lock_workload(session, workload_id=workload.id)
     active = store.list_jobs(session, workload_id=workload.id, status=ACTIVE, limit=1)
     if active:
         return Submitted(job=JobPublic.of(active[0], workload))

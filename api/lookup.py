@@ -19,10 +19,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Literal, Protocol
 
-import sqlalchemy as sa
-
 from tilewise.errors import StoreError
-from tilewise.store import Store, session_scope
+from tilewise.store import Store, session_scope, tiling_table_fingerprint
 
 log = logging.getLogger(__name__)
 
@@ -55,14 +53,6 @@ def load_from_store(store: Store) -> Table:
     return TilingTable.from_document(doc, source=store.safe_url)
 
 
-_TILINGS = sa.table("tw_tilings", sa.column("record_id"), sa.column("updated_at"))
-_FINGERPRINT = sa.select(
-    sa.func.count(),
-    sa.func.coalesce(sa.func.sum(_TILINGS.c.record_id), 0),
-    sa.func.max(_TILINGS.c.updated_at),
-)
-
-
 class LookupCache:
     """Thread-safe holder of the in-memory table; see the module docstring."""
 
@@ -84,8 +74,7 @@ class LookupCache:
 
     def _read_fingerprint(self) -> tuple[Any, ...]:
         with session_scope(self.store) as session:
-            row = session.execute(_FINGERPRINT).one()
-        return tuple(row)
+            return tiling_table_fingerprint(session)
 
     def table(self) -> Table:
         """The current table, reloaded first if the tiling table changed."""

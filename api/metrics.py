@@ -20,22 +20,24 @@ import logging
 import time
 from collections.abc import Iterator
 
-import sqlalchemy as sa
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tilewise.errors import StoreError
-from tilewise.store import JobStatus, Store, session_scope
+from tilewise.store import (
+    JobStatus,
+    Store,
+    count_jobs_by_status,
+    count_tilings,
+    count_workloads,
+    session_scope,
+)
 
 log = logging.getLogger(__name__)
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-
-_JOBS = sa.table("tw_jobs", sa.column("status"))
-_WORKLOADS = sa.table("tw_workloads", sa.column("id"))
-_TILINGS = sa.table("tw_tilings", sa.column("workload_id"))
 
 
 class _StoreCollector(Collector):
@@ -50,15 +52,9 @@ class _StoreCollector(Collector):
             return
         try:
             with session_scope(self.store) as session:
-                by_status: dict[str, int] = dict(
-                    session.execute(
-                        sa.select(_JOBS.c.status, sa.func.count()).group_by(_JOBS.c.status)
-                    ).all()
-                )
-                workloads = session.execute(sa.select(sa.func.count()).select_from(_WORKLOADS))
-                n_workloads = int(workloads.scalar_one())
-                tuned = session.execute(sa.select(sa.func.count()).select_from(_TILINGS))
-                n_tuned = int(tuned.scalar_one())
+                by_status = count_jobs_by_status(session)
+                n_workloads = count_workloads(session)
+                n_tuned = count_tilings(session)
         except StoreError as exc:
             log.warning("metrics: %s", exc)
             up.add_metric([], 0)
@@ -68,7 +64,7 @@ class _StoreCollector(Collector):
         yield up
         jobs = GaugeMetricFamily("tilewise_jobs", "Tuning jobs by status.", labels=["status"])
         for status in JobStatus:
-            jobs.add_metric([status.value], int(by_status.get(status.value, 0)))
+            jobs.add_metric([status.value], by_status.get(status, 0))
         yield jobs
         yield GaugeMetricFamily("tilewise_workloads", "Workloads known.", value=n_workloads)
         yield GaugeMetricFamily(

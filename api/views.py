@@ -13,7 +13,7 @@ from tilewise import store
 from tilewise.api.charts import Curve, chart, sparkline
 from tilewise.api.errors import NotFound
 from tilewise.kernels.ops import OPS, get_op
-from tilewise.store import JobRow, RecordRow, TilingRow, WorkloadRow
+from tilewise.store import JobRow, RecordRow, RecordStatus, TilingRow, WorkloadRow
 
 #: Records listed on a workload page (the newest); the chart uses all of them.
 MAX_RECORDS_SHOWN = 500
@@ -47,7 +47,7 @@ def _current_version(op: str) -> str | None:
 
 
 def _curve(session: Session, workload_id: int) -> Curve:
-    return Curve.of(store.records_for(session, workload_id=workload_id, status="ok"))
+    return Curve.of(store.records_for(session, workload_id=workload_id, status=RecordStatus.OK))
 
 
 def _jobs(session: Session, jobs: list[JobRow]) -> list[JobView]:

@@ -33,6 +33,7 @@ from typing import Any
 
 from tilewise.kernels.ops import OpSpec
 from tilewise.kernels.targets import TargetProfile
+from tilewise.status import RecordStatus
 from tilewise.types import Shape, Tiling
 
 
@@ -80,16 +81,29 @@ class MeasureOptions:
     warmup_s: float = 0.0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class RunResult:
-    status: str  # ok, wrong, crashed, timeout
-    samples_us: tuple[float, ...] = ()
-    error: str | None = None
-    max_error: float | None = None  # largest |out - reference| of a checked run
+    status: RecordStatus  # ok, wrong, crashed or timeout
+    samples_us: tuple[float, ...]
+    error: str | None
+    max_error: float | None  # largest |out - reference| of a checked run
+
+    def __init__(
+        self,
+        status: RecordStatus | str,
+        samples_us: tuple[float, ...] = (),
+        error: str | None = None,
+        max_error: float | None = None,
+    ) -> None:
+        # A status is taken by value too (as the store takes it), and kept as the member.
+        object.__setattr__(self, "status", RecordStatus(status))
+        object.__setattr__(self, "samples_us", samples_us)
+        object.__setattr__(self, "error", error)
+        object.__setattr__(self, "max_error", max_error)
 
     @property
     def ok(self) -> bool:
-        return self.status == "ok"
+        return self.status is RecordStatus.OK
 
     @property
     def median_us(self) -> float | None:

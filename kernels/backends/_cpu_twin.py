@@ -27,6 +27,7 @@ from tilewise.kernels.backends._runner import RunnerCrashed, RunnerProcess, Runn
 from tilewise.kernels.ops import OpSpec
 from tilewise.kernels.targets import TargetProfile, twin_target
 from tilewise.settings import Settings, get_settings
+from tilewise.status import RecordStatus
 from tilewise.types import Shape, Tiling
 
 log = logging.getLogger(__name__)
@@ -297,23 +298,25 @@ class CpuTwinBackend(Backend):
                 problem.poison_outputs()
                 answer = launch(0, 1, timeout, checked=True)
                 if not answer["ok"]:
-                    return RunResult("crashed", error=answer["error"])
+                    return RunResult(RecordStatus.CRASHED, error=answer["error"])
                 outcome = problem.check_outputs()
                 if not outcome.ok:
-                    return RunResult("wrong", error=outcome.detail, max_error=outcome.max_error)
+                    return RunResult(
+                        RecordStatus.WRONG, error=outcome.detail, max_error=outcome.max_error
+                    )
                 max_error = outcome.max_error
             if measure.warmup_s > 0:
                 warm = launch(0, 1_000_000, measure.warmup_s, checked=False)
                 if not warm["ok"]:
-                    return RunResult("crashed", error=warm["error"])
+                    return RunResult(RecordStatus.CRASHED, error=warm["error"])
             answer = launch(measure.warmup, measure.repeats, measure.max_seconds, checked=False)
         except RunnerTimeout as exc:
-            return RunResult("timeout", error=str(exc))
+            return RunResult(RecordStatus.TIMEOUT, error=str(exc))
         except RunnerCrashed as exc:
-            return RunResult("crashed", error=str(exc))
+            return RunResult(RecordStatus.CRASHED, error=str(exc))
         if not answer["ok"]:
-            return RunResult("crashed", error=answer["error"])
-        return RunResult("ok", tuple(answer["samples_us"]), max_error=max_error)
+            return RunResult(RecordStatus.CRASHED, error=answer["error"])
+        return RunResult(RecordStatus.OK, tuple(answer["samples_us"]), max_error=max_error)
 
     def close(self) -> None:
         if self._runner is not None:

@@ -7,12 +7,29 @@ the repository functions::
     store = open_store("sqlite:///tilewise.db")
     with session_scope(store) as session:
         row = commit_workload(session, workload)
-        add_record(session, workload_id=row.id, tiling=t, status="ok", latency_us=12.5, ...)
+        add_record(session, workload_id=row.id, tiling=t, status=RecordStatus.OK,
+                   latency_us=12.5, source=RecordSource.SEARCH, ...)
+
+The repository functions are the only way tilewise reads and writes its tables. Every one takes
+a :class:`~sqlalchemy.orm.Session` and keyword-only arguments, flushes but never commits (the
+caller's ``session_scope`` does), and returns frozen ``*Row`` values that stay valid after the
+session is closed. "Now" is this host's UTC clock (``now=`` overrides it, for tests). They live
+in one module per aggregate: workloads and records, the tiling table, jobs and their leases, a
+job's evaluations and assistants, workers.
 
 Optuna's RDB storage may share the database: our tables are ``tw_*`` and our Alembic version
 table is ``tilewise_alembic_version``.
 """
 
+from tilewise.status import JobStatus, RecordSource, RecordStatus, WorkerStatus
+from tilewise.store._assists import (
+    assist_job,
+    end_assist,
+    job_assistants,
+    job_evaluations,
+    may_tag_record,
+    renew_assist,
+)
 from tilewise.store._engine import (
     VERSION_TABLE,
     Store,
@@ -26,44 +43,48 @@ from tilewise.store._engine import (
     safe_url,
     session_scope,
 )
-from tilewise.store._repo import (
-    SOURCE_PREDICTED,
-    SOURCE_REMEASURE,
+from tilewise.store._jobs import (
     JobRow,
-    RecordRow,
-    TilingRow,
-    WorkerRow,
-    WorkloadRow,
-    add_record,
-    assist_job,
-    best_tilings,
     cancel_job,
     claim_job,
-    commit_workload,
+    count_jobs_by_status,
     create_job,
-    end_assist,
-    find_record,
-    find_workload,
     finish_job,
     get_job,
-    get_tiling,
-    get_workload,
-    heartbeat_worker,
     holds_job,
-    job_assistants,
-    job_evaluations,
     list_jobs,
-    list_workers,
-    may_tag_record,
-    records_for,
     release_job,
-    renew_assist,
     renew_lease,
-    top_k,
     update_job_progress,
+)
+from tilewise.store._records import (
+    SOURCE_PREDICTED,
+    SOURCE_REMEASURE,
+    RecordRow,
+    WorkloadRow,
+    add_record,
+    commit_workload,
+    count_workloads,
+    find_record,
+    find_workload,
+    get_workload,
+    lock_workload,
+    records_for,
+)
+from tilewise.store._tilings import (
+    TilingRow,
+    best_tilings,
+    count_tilings,
+    get_tiling,
+    tiling_table_fingerprint,
+    top_k,
     upsert_tiling,
 )
-from tilewise.store._status import JobStatus, RecordStatus, WorkerStatus
+from tilewise.store._workers import (
+    WorkerRow,
+    heartbeat_worker,
+    list_workers,
+)
 
 __all__ = [
     "SOURCE_PREDICTED",
@@ -72,6 +93,7 @@ __all__ = [
     "JobRow",
     "JobStatus",
     "RecordRow",
+    "RecordSource",
     "RecordStatus",
     "Store",
     "TilingRow",
@@ -85,6 +107,9 @@ __all__ = [
     "check_schema",
     "claim_job",
     "commit_workload",
+    "count_jobs_by_status",
+    "count_tilings",
+    "count_workloads",
     "create_engine",
     "create_job",
     "current_revision",
@@ -102,6 +127,7 @@ __all__ = [
     "job_evaluations",
     "list_jobs",
     "list_workers",
+    "lock_workload",
     "may_tag_record",
     "migrate",
     "open_store",
@@ -112,6 +138,7 @@ __all__ = [
     "renew_lease",
     "safe_url",
     "session_scope",
+    "tiling_table_fingerprint",
     "top_k",
     "update_job_progress",
     "upsert_tiling",

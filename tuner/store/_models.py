@@ -31,7 +31,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
-from tilewise.store._status import JobStatus, RecordStatus, WorkerStatus
+from tilewise.status import JobStatus, RecordStatus, WorkerStatus
 
 #: Deterministic constraint names, so later migrations (and SQLite batch mode) can address them.
 NAMING_CONVENTION: dict[str, str] = {

@@ -41,6 +41,7 @@ from tilewise.kernels.backends._problem import Problem
 from tilewise.kernels.ops import OpSpec
 from tilewise.kernels.targets import TargetProfile, get_target
 from tilewise.settings import Settings, get_settings
+from tilewise.status import RecordStatus
 from tilewise.types import Shape, Tiling
 
 log = logging.getLogger(__name__)
@@ -369,7 +370,7 @@ class AscendBackend(Backend):
         try:
             done = _execute(argv, env=env, timeout=timeout)
         except _TimedOut as exc:
-            return RunResult("timeout", error=str(exc))
+            return RunResult(RecordStatus.TIMEOUT, error=str(exc))
         answer = parse_runner_output(done.stdout)
         if answer is None:
             how = (
@@ -378,9 +379,11 @@ class AscendBackend(Backend):
                 else f"exit code {done.returncode}"
             )
             tail = (done.stderr or done.stdout).strip()[-1500:]
-            return RunResult("crashed", error=f"host runner gave no answer ({how}): {tail}")
+            return RunResult(
+                RecordStatus.CRASHED, error=f"host runner gave no answer ({how}): {tail}"
+            )
         if not answer["ok"]:
-            return RunResult("crashed", error=describe_runner_error(answer))
+            return RunResult(RecordStatus.CRASHED, error=describe_runner_error(answer))
         return answer
 
     def run(
@@ -436,10 +439,12 @@ class AscendBackend(Backend):
         if check:
             outcome = problem.check_outputs()
             if not outcome.ok:
-                return RunResult("wrong", error=outcome.detail, max_error=outcome.max_error)
+                return RunResult(
+                    RecordStatus.WRONG, error=outcome.detail, max_error=outcome.max_error
+                )
             max_error = outcome.max_error
         if timed_here:
-            return RunResult("ok", tuple(answer["samples_us"]), max_error=max_error)
+            return RunResult(RecordStatus.OK, tuple(answer["samples_us"]), max_error=max_error)
         return self._profile(
             spec,
             argv(checked=False, warmup=0, repeats=measure.repeats),
@@ -474,12 +479,12 @@ class AscendBackend(Backend):
             try:
                 report = msprof_csv.collect(Path(out), spec.entry)
             except msprof_csv.MsprofParseError as exc:
-                return RunResult("crashed", error=f"msprof: {exc}")
+                return RunResult(RecordStatus.CRASHED, error=f"msprof: {exc}")
         self.last_profile = report
         note = report.throttle_note()
         if note:
             log.warning("%s on device %d: %s", spec.name, self.device, note)
-        return RunResult("ok", report.samples_us, max_error=max_error)
+        return RunResult(RecordStatus.OK, report.samples_us, max_error=max_error)
 
     def close(self) -> None:
         if self._problem is not None:

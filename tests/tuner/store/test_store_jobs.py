@@ -16,6 +16,7 @@ from tilewise.store import (
     cancel_job,
     claim_job,
     commit_workload,
+    count_jobs_by_status,
     create_job,
     finish_job,
     get_job,
@@ -160,6 +161,18 @@ def test_cancelled_and_finished_jobs_are_not_claimed(store: Store) -> None:
         failed: JobStatus.FAILED,
         running_cancelled: JobStatus.CANCELLED,
     }
+
+
+def test_jobs_are_counted_by_status(store: Store) -> None:
+    _, cancelled, _ = _jobs(store, 3)
+    with session_scope(store) as session:
+        assert count_jobs_by_status(session) == {JobStatus.QUEUED: 3}
+        cancel_job(session, job_id=cancelled)
+        claim_job(session, worker_id="w", lease_seconds=60)
+    with session_scope(store) as session:
+        counts = count_jobs_by_status(session)
+    assert counts == {JobStatus.QUEUED: 1, JobStatus.RUNNING: 1, JobStatus.CANCELLED: 1}
+    assert all(type(status) is JobStatus for status in counts)
 
 
 def test_progress_updates_by_the_holder(store: Store) -> None:

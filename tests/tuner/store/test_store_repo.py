@@ -10,21 +10,26 @@ import sqlalchemy as sa
 from tilewise.errors import InputError, StoreError
 from tilewise.store import (
     SOURCE_PREDICTED,
+    RecordSource,
     RecordStatus,
     Store,
-    _repo,
     add_record,
     best_tilings,
     commit_workload,
+    count_tilings,
+    count_workloads,
     find_record,
     find_workload,
     get_tiling,
     get_workload,
+    lock_workload,
     records_for,
     session_scope,
+    tiling_table_fingerprint,
     top_k,
     upsert_tiling,
 )
+from tilewise.store import _records as _repo
 from tilewise.store._models import RecordModel
 from tilewise.types import Shape, Tiling, Workload
 
@@ -131,6 +136,34 @@ def test_records_are_appended_and_kept(store: Store) -> None:
         assert find_record(session, workload_id=wid, tiling_key="{}") is None
 
 
+def test_record_sources_are_a_closed_vocabulary(store: Store) -> None:
+    with session_scope(store) as session:
+        wid = commit_workload(session, _workload()).id
+        row = add_record(
+            session,
+            workload_id=wid,
+            tiling=Tiling({"t": 1}),
+            status=RecordStatus.CRASHED,
+            source=RecordSource.DEFAULT,
+            env=ENV,
+        )
+        with pytest.raises(InputError, match="unknown RecordSource 'guess'"):
+            add_record(
+                session,
+                workload_id=wid,
+                tiling=Tiling({"t": 2}),
+                status=RecordStatus.CRASHED,
+                source="guess",
+                env=ENV,
+            )
+    with session_scope(store) as session:
+        (stored,) = records_for(session, workload_id=wid)
+    assert stored == row and stored.source is RecordSource.DEFAULT and stored.source == "default"
+    # The column holds the value itself: the enum needs no migration.
+    with session_scope(store) as session:
+        assert session.scalar(sa.select(RecordModel.source)) == "default"
+
+
 def test_record_latency_only_for_ok(store: Store) -> None:
     with session_scope(store) as session:
         wid = commit_workload(session, _workload()).id
@@ -224,6 +257,43 @@ def test_upsert_tiling_replaces(store: Store) -> None:
     assert stored.record_id == r2 and stored.tiling == Tiling({"tileM": 32, "bufferNum": 2})
     assert stored.default_latency_us is None and stored.evaluations == 25
     assert stored.updated_at >= first.updated_at and stored.updated_at.tzinfo is UTC
+
+
+def test_counts_and_the_tiling_table_fingerprint(store: Store) -> None:
+    with session_scope(store) as session:
+        assert (count_workloads(session), count_tilings(session)) == (0, 0)
+        assert tiling_table_fingerprint(session) == (0, 0, None)
+        wid = commit_workload(session, _workload()).id
+        commit_workload(session, _workload(128))
+        r1 = _ok(session, wid, 64, 20.0)
+        r2 = _ok(session, wid, 32, 10.0)
+        lock_workload(session, workload_id=wid)
+        upsert_tiling(
+            session,
+            workload_id=wid,
+            record_id=r1,
+            tiling=Tiling({"tileM": 64, "bufferNum": 2}),
+            latency_us=20.0,
+            default_latency_us=None,
+            speedup=None,
+            evaluations=1,
+        )
+    with session_scope(store) as session:
+        assert (count_workloads(session), count_tilings(session)) == (2, 1)
+        first = tiling_table_fingerprint(session)
+        assert first[:2] == (1, r1) and first[2] is not None
+        upsert_tiling(
+            session,
+            workload_id=wid,
+            record_id=r2,
+            tiling=Tiling({"tileM": 32, "bufferNum": 2}),
+            latency_us=10.0,
+            default_latency_us=None,
+            speedup=None,
+            evaluations=2,
+        )
+    with session_scope(store) as session:
+        assert tiling_table_fingerprint(session)[:2] == (1, r2)
 
 
 def test_upsert_tiling_with_unknown_record_is_refused(store: Store) -> None:

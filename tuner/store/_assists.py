@@ -1,0 +1,187 @@
+"""A job's evaluations and its assistants.
+
+A job's evaluations are its records (``job_id``) that cost a build and a launch. Besides the
+worker that holds the job, assistants (other workers, without a lease) may tune its study; the
+holder and its assistants tag their records with the job one at a time, so that a job never
+spends more than its budget.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from datetime import datetime, timedelta
+
+from sqlalchemy import and_, delete, or_, select, update
+from sqlalchemy import func as sa_func
+from sqlalchemy.orm import Session
+
+from tilewise.errors import InputError
+from tilewise.status import JobStatus, RecordSource, RecordStatus
+from tilewise.store._coerce import rowcount
+from tilewise.store._jobs import JobRow, get_job
+from tilewise.store._models import JobAssistModel, JobModel, RecordModel, WorkloadModel, utcnow
+
+
+def job_evaluations(session: Session, *, job_id: int) -> int:
+    """The evaluations a job has spent: its records that cost a build and a launch (not the
+    ones rejected before, not re-measures)."""
+    query = (
+        select(sa_func.count())
+        .select_from(RecordModel)
+        .where(
+            RecordModel.job_id == job_id,
+            RecordModel.status != RecordStatus.INFEASIBLE,
+            RecordModel.source != RecordSource.REMEASURE,
+        )
+    )
+    return int(session.scalar(query) or 0)
+
+
+def may_tag_record(session: Session, *, job_id: int, worker_id: str, counts: bool = True) -> bool:
+    """Whether a record that ``worker_id`` adds in this transaction may carry ``job_id``.
+
+    Yes if the job is running, ``worker_id`` holds it or assists it (:func:`assist_job`), and,
+    for a record that ``counts`` as an evaluation (:func:`job_evaluations`), the job has spent
+    less than its budget. The job row is locked until the transaction ends (``FOR UPDATE`` on
+    PostgreSQL; SQLite's transactions hold the write lock anyway), so the holder and its
+    assistants tag their records one at a time and a job's evaluations never exceed its budget.
+    A record that may not carry the job still serves the study.
+    """
+    job = session.execute(
+        select(JobModel.worker_id, JobModel.budget_evals)
+        .where(JobModel.id == job_id, JobModel.status == JobStatus.RUNNING)
+        .with_for_update()
+    ).first()
+    if job is None:
+        return False
+    if job.worker_id != worker_id:
+        assisting = session.scalars(
+            select(JobAssistModel.worker_id).where(
+                JobAssistModel.job_id == job_id, JobAssistModel.worker_id == worker_id
+            )
+        ).first()
+        if assisting is None:
+            return False
+    return not counts or job_evaluations(session, job_id=job_id) < job.budget_evals
+
+
+def _live_assistants(session: Session, *, job_id: int, since: datetime) -> int:
+    query = (
+        select(sa_func.count())
+        .select_from(JobAssistModel)
+        .where(JobAssistModel.job_id == job_id, JobAssistModel.heartbeat_at >= since)
+    )
+    return int(session.scalar(query) or 0)
+
+
+def assist_job(
+    session: Session,
+    *,
+    worker_id: str,
+    max_assistants: int,
+    lease_seconds: float,
+    targets: Collection[str] | None = None,
+    now: datetime | None = None,
+) -> JobRow | None:
+    """Register ``worker_id`` as an assistant of a running job, or None if none needs one.
+
+    Candidates: running jobs with a live lease held by another worker (with ``targets``, of
+    those targets only), whose budget is not spent, with fewer than ``max_assistants`` live
+    assistants (heartbeat within ``lease_seconds``). The one with the most evaluations left is
+    taken (the oldest on a tie). Any earlier registration of ``worker_id`` ends, and the job's
+    stale assistants are removed (their records stop counting for it). The assistant refreshes
+    its row with :func:`renew_assist` and removes it with :func:`end_assist`.
+
+    Concurrency: the chosen job's row is locked (``FOR UPDATE``) before its assistants are
+    counted, so concurrent workers never exceed ``max_assistants``; SQLite has one writer.
+    """
+    if not lease_seconds > 0:
+        raise InputError(f"lease_seconds must be > 0, got {lease_seconds}")
+    if max_assistants < 1:
+        return None
+    now = now or utcnow()
+    since = now - timedelta(seconds=lease_seconds)
+    query = select(JobModel.id, JobModel.budget_evals).where(
+        JobModel.status == JobStatus.RUNNING,
+        JobModel.lease_until >= now,
+        JobModel.worker_id != worker_id,
+    )
+    if targets is not None:
+        query = query.where(
+            JobModel.workload_id.in_(
+                select(WorkloadModel.id).where(WorkloadModel.target.in_(list(targets)))
+            )
+        )
+    left = {
+        job_id: budget - job_evaluations(session, job_id=job_id)
+        for job_id, budget in session.execute(query).all()
+    }
+    for job_id in sorted((j for j, n in left.items() if n > 0), key=lambda j: (-left[j], j)):
+        locked = session.scalars(
+            select(JobModel.id)
+            .where(
+                JobModel.id == job_id,
+                JobModel.status == JobStatus.RUNNING,
+                JobModel.worker_id != worker_id,
+            )
+            .with_for_update()
+        ).first()
+        if locked is None:
+            continue
+        session.execute(
+            delete(JobAssistModel)
+            .where(
+                or_(
+                    JobAssistModel.worker_id == worker_id,
+                    and_(JobAssistModel.job_id == job_id, JobAssistModel.heartbeat_at < since),
+                )
+            )
+            .execution_options(synchronize_session=False)
+        )
+        if _live_assistants(session, job_id=job_id, since=since) >= max_assistants:
+            continue
+        session.add(JobAssistModel(job_id=job_id, worker_id=worker_id, heartbeat_at=now))
+        session.flush()
+        return get_job(session, job_id=job_id)
+    return None
+
+
+def renew_assist(
+    session: Session, *, job_id: int, worker_id: str, now: datetime | None = None
+) -> bool:
+    """Refresh an assistant's heartbeat; False if the job is not running any more or
+    ``worker_id`` is not its assistant now (removed as stale): the assistant must stop."""
+    result = session.execute(
+        update(JobAssistModel)
+        .where(
+            JobAssistModel.job_id == job_id,
+            JobAssistModel.worker_id == worker_id,
+            JobAssistModel.job_id.in_(
+                select(JobModel.id).where(
+                    JobModel.id == job_id, JobModel.status == JobStatus.RUNNING
+                )
+            ),
+        )
+        .values(heartbeat_at=now or utcnow())
+        .execution_options(synchronize_session=False)
+    )
+    return rowcount(result) == 1
+
+
+def end_assist(session: Session, *, job_id: int, worker_id: str) -> None:
+    """``worker_id`` stops assisting the job: its later records do not count for it."""
+    session.execute(
+        delete(JobAssistModel)
+        .where(JobAssistModel.job_id == job_id, JobAssistModel.worker_id == worker_id)
+        .execution_options(synchronize_session=False)
+    )
+
+
+def job_assistants(session: Session, *, job_id: int) -> list[str]:
+    """The workers registered as assistants of a job (live or stale), by id."""
+    query = (
+        select(JobAssistModel.worker_id)
+        .where(JobAssistModel.job_id == job_id)
+        .order_by(JobAssistModel.worker_id)
+    )
+    return list(session.scalars(query))
