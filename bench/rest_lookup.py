@@ -30,6 +30,7 @@ import httpx
 from tilewise import store
 from tilewise.kernels.ops import get_op
 from tilewise.kernels.targets import get_target
+from tilewise.status import RecordSource, RecordStatus
 from tilewise.types import Shape, Workload
 
 
@@ -57,11 +58,11 @@ def seed(url: str, n: int, rng: random.Random) -> list[dict[str, int]]:
                 s,
                 workload_id=row.id,
                 tiling=tiling,
-                status="ok",
+                status=RecordStatus.OK,
                 latency_us=100.0,
                 spread=0.01,
                 samples_us=[100.0],
-                source="search",
+                source=RecordSource.SEARCH,
                 env={"bench": True},
             )
             store.upsert_tiling(

@@ -40,6 +40,7 @@ from tilewise.kernels.targets import get_target
 from tilewise.runtime import TilingTable
 from tilewise.search import Budget, Tuner
 from tilewise.settings import Settings
+from tilewise.status import RecordSource
 from tilewise.types import Shape, Tiling
 
 TRAIN = {
@@ -79,7 +80,7 @@ def tune(db_url: str, op: str, shape: Shape, budget: int, seed: int) -> dict[str
             times = [
                 r.latency_us if r.latency_us is not None else math.inf
                 for r in store.records_for(s, workload_id=tuner.workload_id)
-                if r.source != "remeasure"
+                if r.source != RecordSource.REMEASURE
             ]
     finally:
         db.close()

@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from tilewise.kernels.backends import RunResult
 from tilewise.kernels.ops._base import Fn
+from tilewise.status import RecordStatus
 
 REPEATS = 7
 #: Interleaved rounds per row, and timed runs per contender in a round (after its warm-up).
@@ -97,5 +98,5 @@ def spread(values: list[float]) -> float | None:
     tuning record states it): how much the machine moved it during the row."""
     if len(values) < 2:
         return None
-    pooled = RunResult("ok", tuple(values)).spread
+    pooled = RunResult(RecordStatus.OK, tuple(values)).spread
     return None if pooled is None else round(pooled, 3)
