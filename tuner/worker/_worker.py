@@ -1,39 +1,10 @@
-"""Workers: claim tuning jobs from the database, hold their lease, run their studies.
-
-One worker serves one target (and device). It loops::
-
-    claim the oldest claimable job of its target (queued, or running with an expired lease)
-    build op spec / shape / target from the job's workload; refuse a stale op version
-    run the study for the budget that is left, tagging its records with the job
-    finish the job (succeeded / failed), or hand it back to the queue when asked to stop
-    (no job to claim: assist a running job of its target, see below)
-
-A heartbeat thread renews the lease every ``heartbeat_s`` and refreshes the worker's row (for
-``GET /v1/workers``). The study stops asking for trials as soon as the lease is lost, the job
-is cancelled, or the worker is asked to stop; the trial in flight always completes and is
-recorded.
-
-Assisting: a worker that finds no job to claim joins a running job of its target (the one with
-the most evaluations left, with fewer than ``max_assistants_per_job`` assistants), registered
-in ``tw_job_assists`` (:func:`tilewise.store.assist_job`). An assistant does not take the lease and
-never finishes the job: it tunes the job's study (the tuners share it as any tuners of one
-workload do, skipping tilings recorded or being measured elsewhere) until the job is no longer
-running, its budget is spent, or the assistant is asked to stop. The holder re-measures and
-stores the winner when the budget is spent, by whoever spent it.
-
-Budget accounting: a record carries the job's id only if, in the record's own transaction with
-the job row locked, the job is running, its writer holds or assists it, and (for an evaluation)
-the job has spent less than its budget (:func:`tilewise.store.may_tag_record`). So a job's spent
-evaluations are exactly its records (:func:`tilewise.store.job_evaluations`), never more than its
-budget, and a job claimed again resumes with ``budget_evals`` minus those. The new worker's
-tuner sees every earlier record and never measures a tiling again.
-"""
+"""The worker: one target (and device), claiming jobs, holding leases, running studies, and
+assisting a running job when there is none to claim (see :mod:`tilewise.worker`)."""
 
 from __future__ import annotations
 
 import logging
 import os
-import signal
 import socket
 import threading
 import time
@@ -41,26 +12,22 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from tilewise import store
-from tilewise.errors import InputError, StoreError, TilewiseError
+from tilewise.errors import InputError, StoreError
 from tilewise.settings import Settings
 from tilewise.store import JobRow, JobStatus, WorkerStatus
+from tilewise.worker._jobs import JobError, job_inputs, worker_id_for
 
 if TYPE_CHECKING:
     from tilewise.kernels.backends import Backend
-    from tilewise.kernels.request import WorkloadRequest
     from tilewise.search import Progress, Tuner, TuneResult
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("tilewise.worker")
 
 #: A job claimed this many times without finishing (its workers keep dying) fails.
 MAX_ATTEMPTS = 5
 
 #: Progress of a running job is written at most this often (seconds).
 PROGRESS_EVERY_S = 1.0
-
-
-class JobError(TilewiseError):
-    """A job cannot be run as asked (unknown op, stale op version ...): it fails."""
 
 
 @dataclass
@@ -79,45 +46,6 @@ class _Assisting:
 
     job: JobRow
     lost: threading.Event = field(default_factory=threading.Event)
-
-
-def worker_id_for(target: str, device: int | None) -> str:
-    """``host:pid:target:device`` (device ``-`` when none is given)."""
-    dev = "-" if device is None else str(device)
-    return f"{socket.gethostname()}:{os.getpid()}:{target}:{dev}"
-
-
-def job_inputs(workload: store.WorkloadRow, *, settings: Settings) -> WorkloadRequest:
-    """The op spec, shape, dtype and target of a job's workload.
-
-    Raises:
-        JobError: the op, dtype or target is unknown, the shape is not valid for the op, or the
-            op changed since the job was queued (its version differs).
-    """
-    from tilewise.kernels.request import resolve_request
-
-    try:
-        asked = resolve_request(
-            workload.op,
-            workload.shape,
-            workload.dtype,
-            workload.target,
-            max_elements=settings.max_elements,
-        )
-    except InputError as exc:
-        raise JobError(f"workload {workload.key}: {exc}") from exc
-    spec, target = asked.spec, asked.target
-    if spec.version != workload.op_version:
-        raise JobError(
-            f"workload {workload.key}: op {spec.name} is at version {spec.version}, the job asks"
-            f" for version {workload.op_version} (the kernel or its spec changed since the job"
-            " was queued); queue a new job for the current version"
-        )
-    if target.name != workload.target:
-        raise JobError(
-            f"workload {workload.key}: target {workload.target!r} resolves to {target.name!r}"
-        )
-    return asked
 
 
 class Worker:
@@ -547,43 +475,3 @@ class Worker:
         except StoreError as exc:
             # The lease runs out and the job is claimed again (up to MAX_ATTEMPTS).
             log.warning("worker %s: cannot mark job %d failed: %s", self.id, held.job.id, exc)
-
-
-# -------------------------------------------------------------------------------------------
-# Signals
-
-
-STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT})
-
-
-def block_stop_signals() -> None:
-    """Block SIGTERM and SIGINT in the calling thread and everything it starts afterwards:
-    threads, and child processes (the mask survives ``exec``). Call from the main thread
-    before anything else is started."""
-    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
-
-
-def stop_on_signals(worker: Worker) -> None:
-    """Stop ``worker`` gracefully on SIGTERM or SIGINT; a second signal exits at once.
-
-    The signals are blocked (:func:`block_stop_signals`) and received by a dedicated thread
-    (``sigwait``). The block is inherited by the compiler and runner children, so a Ctrl-C in a
-    terminal (sent to the whole process group) cannot kill the trial in flight and leave a
-    false "crashed" record behind.
-    """
-    signals = set(STOP_SIGNALS)
-    block_stop_signals()
-
-    def wait() -> None:
-        first = signal.sigwait(signals)
-        log.warning(
-            "worker %s: %s: finishing the trial in flight, then stopping (again to exit now)",
-            worker.id,
-            signal.Signals(first).name,
-        )
-        worker.stop()
-        second = signal.sigwait(signals)
-        log.error("worker %s: %s again: exiting now", worker.id, signal.Signals(second).name)
-        os._exit(128 + second)
-
-    threading.Thread(target=wait, name="tw-signals", daemon=True).start()
