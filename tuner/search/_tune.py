@@ -29,7 +29,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -59,6 +59,8 @@ REMEASURE_WARM_S = 0.3
 #: The fastest contender replaces the default tiling only when a one-sided Mann-Whitney test
 #: says its re-measured times are smaller at this level (see beats_default).
 BEATS_DEFAULT_P = 0.05
+#: The backend's prior tilings measured first (on an NPU: the cost model's fastest three).
+PRIOR_TILINGS = 3
 
 
 @dataclass(frozen=True)
@@ -257,23 +259,13 @@ class Tuner:
         return len(rejected) >= variants
 
     def static_check(self, tiling: Tiling) -> Check:
-        """The op's checks; on Ascend targets with ``ub_check=compiler`` the UB verdict is
-        bishengir-compile's on the kernel's buffer plan instead of the analytic footprint."""
+        """The op's checks, refined by the backend (``Backend.refine_check``: on Ascend targets
+        with ``ub_check=compiler``, bishengir-compile's UB verdict on the kernel's buffer plan
+        instead of the analytic footprint)."""
         check = self.spec.check(tiling, self.shape, self.dtype, self.target)
-        if self.target.backend != "ascend" or self.settings.ub_check != "compiler":
-            return check
-        from tilewise.kernels.backends._ascend.plan_check import check_plan
-
-        verdict = check_plan(self.spec, tiling, self.shape, self.dtype, self.target)
-        reasons = [r for r in check.reasons if not r.startswith("UB overflow")]
-        constraints = dict(check.constraints)
-        if verdict.verdict == "fits":
-            constraints["ub"] = min(constraints.get("ub", 0.0), 0.0)
-        else:
-            needed = verdict.required_bytes or check.footprint.ub
-            reasons.append(f"UB {verdict.verdict} by bishengir-compile: needs {needed} B")
-            constraints["ub"] = max(constraints.get("ub", 0.0), 1e-6)
-        return replace(check, valid=not reasons, reasons=tuple(reasons), constraints=constraints)
+        return self.backend.refine_check(
+            self.spec, tiling, self.shape, self.dtype, self.target, check
+        )
 
     def evaluate(
         self, tiling: Tiling, *, source: str, progress: Progress, trial: int | None = None
@@ -499,18 +491,16 @@ class Tuner:
         return SearchSpace(distributions(self.tunables), feasible=feasible)
 
     def _warm_start(self) -> list[Tiling]:
-        """The best tilings of the nearest tuned shapes that pass the check here, not measured."""
+        """The best tilings of the nearest tuned shapes that pass the check here, then the
+        backend's priors (``Backend.prior_tilings``), those not measured yet."""
         with self.db.session() as s:
             tilings = nearest_tuned_tilings(
                 s, spec=self.spec, shape=self.shape, dtype=self.dtype, target=self.target
             )
-        if self.target.backend == "ascend":
-            # On an NPU every evaluation is a compile and a launch: start from the tilings the
-            # cost model ranks fastest (a prior, measured like any other proposal).
-            from tilewise.kernels.backends._ascend.cost_model import rank
-
-            ranked = rank(self.spec, self.shape, self.dtype, self.target, samples=2000, seed=0)
-            tilings += [t for t, _ in ranked[:3] if t not in tilings]
+        priors = self.backend.prior_tilings(
+            self.spec, self.shape, self.dtype, self.target, limit=PRIOR_TILINGS
+        )
+        tilings += [t for t in priors if t not in tilings]
         # A neighbour's winner can pass the check here with a value outside this shape's
         # domains (a core split of another M): Optuna cannot enqueue such a tiling.
         domains = {t.name: set(t.values) for t in self.tunables}

@@ -150,14 +150,19 @@ def test_spilling_variants_are_rejected_after_the_build(settings: Settings) -> N
     db.close()
 
 
-def test_compiler_ub_check_on_ascend_targets(settings: Settings) -> None:
+def test_compiler_ub_check_on_ascend_targets(settings: Settings, tmp_path: Path) -> None:
     pytest.importorskip("ascendnpuir")
+    from tests.kernels.backends.ascend.ascend_fakes import make_toolkit
+    from tilewise.kernels.backends._ascend.backend import AscendBackend
     from tilewise.kernels.targets import get_target
 
     strict = settings.model_copy(update={"ub_check": "compiler"})
     db = store.open_store(strict.db_url)
+    # The compiler's verdict is the Ascend backend's refinement of the static check: nothing
+    # here is built, so a fake CANN tree is enough.
+    ascend = AscendBackend(strict, target="ascend910b1", toolkit=make_toolkit(tmp_path / "Ascend"))
     tuner = Tuner(spec=get_op("scale_relu_dropout"), shape=Shape({"N": 1 << 20}), dtype="float32",
-                  target=get_target("ascend910b1"), backend=CountingBackend(), db=db, settings=strict)  # fmt: skip
+                  target=get_target("ascend910b1"), backend=ascend, db=db, settings=strict)  # fmt: skip
     fits = Tiling({"tileLength": 6144, "blockDim": 8, "bufferNum": 2})
     over = fits.replace(tileLength=12288)
     assert tuner.static_check(fits).valid
