@@ -1,7 +1,8 @@
 """Search: Optuna studies over an op's tunables, with cheap rejections before any compile."""
 
 from tilewise.search._replay import ReplayResult, ReplayRun, ReplaySpace, replay_search
-from tilewise.search._strategies import STRATEGIES, SearchSpace, make_sampler
+from tilewise.search._space import SearchSpace
+from tilewise.search._strategies import STRATEGIES, make_sampler
 from tilewise.search._surrogate import SurrogateSampler
 from tilewise.search._tune import (
     Budget,

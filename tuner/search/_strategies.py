@@ -2,33 +2,20 @@
 
 A strategy is an ``optuna.samplers.BaseSampler``, so the same object drives ``tilewise tune``
 (the Tuner) and ``tilewise bench search`` (the replay target). What a strategy may know before
-it evaluates anything is a :class:`SearchSpace`: the distributions and, optionally, a
-``feasible`` predicate (the op's static check, or a recorded space's restrictions) and the full
-list of feasible configurations when it is small enough to list.
+it evaluates anything is a :class:`~tilewise.search._space.SearchSpace`: the distributions and,
+optionally, a ``feasible`` predicate (the op's static check, or a recorded space's restrictions)
+and the full list of feasible configurations when it is small enough to list.
 """
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Mapping
 
 import optuna
-from optuna.distributions import BaseDistribution
 
 from tilewise.errors import ConfigError, InputError
-
-
-@dataclass(frozen=True)
-class SearchSpace:
-    """The distributions searched, and what is known about feasibility without evaluating."""
-
-    distributions: Mapping[str, BaseDistribution]
-    #: True when the configuration passes the static restrictions; None = everything passes.
-    feasible: Callable[[Mapping[str, Any]], bool] | None = None
-    #: Every feasible configuration, when they can be listed (a recorded space).
-    candidates: Callable[[], Sequence[Mapping[str, Any]]] | None = None
+from tilewise.search._space import SearchSpace
 
 
 def set_constraints(trial: optuna.Trial, constraints: Mapping[str, float]) -> None:

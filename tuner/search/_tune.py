@@ -42,8 +42,8 @@ from tilewise.errors import StoreError
 from tilewise.kernels.backends import Backend, BuildLimits, BuildResult, MeasureOptions, RunResult
 from tilewise.kernels.ops import Check, OpSpec
 from tilewise.kernels.targets import TargetProfile
-from tilewise.search._space import distributions, tiling_from_params
-from tilewise.search._strategies import SearchSpace, make_sampler, set_constraints
+from tilewise.search._space import SearchSpace, distributions, tiling_from_params
+from tilewise.search._strategies import make_sampler, set_constraints
 from tilewise.search._warm import nearest_tuned_tilings
 from tilewise.settings import Settings
 from tilewise.types import Shape, Tiling, Workload
