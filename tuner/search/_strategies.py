@@ -10,24 +10,12 @@ and the full list of feasible configurations when it is small enough to list.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
 import optuna
 
 from tilewise.errors import ConfigError, InputError
 from tilewise.search._space import SearchSpace
-
-
-def set_constraints(trial: optuna.Trial, constraints: Mapping[str, float]) -> None:
-    """Tell Optuna how far ``trial`` is from feasible (> 0: infeasible; the record keeps the
-    values per reason).
-
-    Every trial carries the one constraint ``violation``, the sum of the positive values:
-    samplers that model constraints (Optuna's GPSampler) refuse trials whose constraint sets
-    differ, and TPE scores an infeasible trial by this very sum.
-    """
-    trial.set_constraint("violation", sum(v for v in constraints.values() if v > 0))
-
 
 Factory = Callable[[int | None, SearchSpace | None], optuna.samplers.BaseSampler]
 

@@ -15,7 +15,7 @@ from tilewise.kernels.backends import Backend, BuildResult, RunResult
 from tilewise.kernels.ops import OpSpec, get_op
 from tilewise.kernels.targets import twin_target
 from tilewise.search import Progress, Tuner
-from tilewise.search._tune import beats_default
+from tilewise.search._remeasure import beats_default
 from tilewise.settings import Settings
 from tilewise.types import Shape, Tiling
 
