@@ -39,8 +39,13 @@ PUBLIC = {
         "BuildLimits",
         "BuildResult",
         "MeasureOptions",
+        "PlanVerdict",
+        "Prediction",
         "RunResult",
+        "check_plan",
         "create_backend",
+        "predict",
+        "rank",
     },
     "tilewise.search": {
         "STRATEGIES",

@@ -1,10 +1,19 @@
-"""Backends build and launch kernel variants; found by name through one registry table."""
+"""Backends build and launch kernel variants; found by name through one registry table.
+
+Two parts of the Ascend side need no backend, no CANN and no NPU, and are public here for
+whoever asks without building anything (``tilewise tune --predict``, ``tilewise check``): the
+analytic cost model (:func:`predict` one tiling, :func:`rank` an op's tilings; every figure is
+predicted, not measured) and the UB plan check by Huawei's AscendNPU IR compiler
+(:func:`check_plan`, which needs the ``ascend-ir`` extra).
+"""
 
 from __future__ import annotations
 
 import importlib
 
 from tilewise.errors import InputError
+from tilewise.kernels.backends._ascend.cost_model import Prediction, predict, rank
+from tilewise.kernels.backends._ascend.plan_check import PlanVerdict, check_plan
 from tilewise.kernels.backends._base import (
     Backend,
     BuildLimits,
@@ -21,8 +30,13 @@ __all__ = [
     "BuildLimits",
     "BuildResult",
     "MeasureOptions",
+    "PlanVerdict",
+    "Prediction",
     "RunResult",
+    "check_plan",
     "create_backend",
+    "predict",
+    "rank",
 ]
 
 #: backend name -> "module:class", imported only when asked for.

@@ -16,6 +16,20 @@ backends may exist in one process. It has two separate stages:
     untimed launches and up to ``measure.repeats`` timed ones (stopping early after
     ``measure.max_seconds``).
 
+Two optional hooks let a backend bring what it knows of its hardware to the search; their
+defaults change nothing, so a backend that knows no more than the op spec overrides neither:
+
+``refine_check(spec, tiling, shape, dtype, target, check)``
+    The static check of ``tiling`` (the op's ``check``, before any compile) with the backend's own
+    verdicts in place of the op's analytic ones, e.g. a compiler's memory planner instead of the
+    footprint formula. It returns a :class:`~tilewise.kernels.ops.Check` like ``check``; the
+    default returns ``check`` itself.
+
+``prior_tilings(spec, shape, dtype, target, limit=)``
+    Up to ``limit`` tilings the backend expects to be fast, best first (from a cost model, say),
+    which the search measures before its own proposals: a prior, measured like any other
+    tiling, never taken on trust. The default has none.
+
 Failures are data, never exceptions: a compile error is ``BuildResult(ok=False, error=...)``; a
 crash, hang, twin API violation or wrong answer is a ``RunResult`` whose ``status`` says which
 (``crashed``, ``timeout``, ``wrong``) and whose ``error`` says why. A backend raises only
@@ -31,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tilewise.kernels.ops import OpSpec
+from tilewise.kernels.ops import Check, OpSpec
 from tilewise.kernels.targets import TargetProfile
 from tilewise.status import RecordStatus
 from tilewise.types import Shape, Tiling
@@ -140,6 +154,26 @@ class Backend(ABC):
         check: bool,
         measure: MeasureOptions,
     ) -> RunResult: ...
+
+    def refine_check(
+        self,
+        spec: OpSpec,
+        tiling: Tiling,
+        shape: Shape,
+        dtype: str,
+        target: TargetProfile,
+        check: Check,
+    ) -> Check:
+        """``check`` (the op's static check of ``tiling``) with this backend's own verdicts in
+        place of the analytic ones; by default ``check`` unchanged."""
+        return check
+
+    def prior_tilings(
+        self, spec: OpSpec, shape: Shape, dtype: str, target: TargetProfile, *, limit: int
+    ) -> list[Tiling]:
+        """Up to ``limit`` tilings this backend expects to be fast, best first, for the search to
+        measure first; by default none."""
+        return []
 
     def environment(self) -> dict[str, Any]:
         """Facts recorded with every measurement (compiler, flags, host ...)."""

@@ -12,10 +12,11 @@ from typing import Any
 
 import pytest
 
+from tests.fakes import FakeBackend
 from tilewise import store
-from tilewise.kernels.backends import Backend, BuildResult, MeasureOptions, RunResult
+from tilewise.kernels.backends import Backend, BuildResult, RunResult
 from tilewise.kernels.ops import OpSpec, get_op
-from tilewise.kernels.targets import TargetProfile, twin_target
+from tilewise.kernels.targets import twin_target
 from tilewise.search import Budget, JobTag, Progress, Tuner
 from tilewise.settings import Settings
 from tilewise.store import JobStatus
@@ -24,35 +25,6 @@ from tilewise.types import Shape, Tiling, Workload
 from tilewise.worker import Worker
 
 OP = "scale_relu_dropout"
-
-
-class FakeBackend(Backend):
-    """Latency is a function of the tiling; counts every checked launch per tiling."""
-
-    name = "fake"
-
-    def __init__(self) -> None:
-        self.checked: Counter[str] = Counter()
-
-    def build(self, spec: OpSpec, defines: dict[str, str]) -> BuildResult:
-        return BuildResult(ok=True, key=repr(sorted(defines.items())), artifact=Path("/x"))
-
-    def run(
-        self,
-        build: BuildResult,
-        spec: OpSpec,
-        *,
-        shape: Shape,
-        dtype: str,
-        target: TargetProfile,
-        tiling: Tiling,
-        check: bool,
-        measure: MeasureOptions,
-    ) -> RunResult:
-        if check:
-            self.checked[tiling.key()] += 1
-        latency = 1000.0 / tiling["blockDim"] + abs(tiling["tileLength"] - 2048) / 100
-        return RunResult("ok", (latency, latency * 1.01, latency * 0.99))
 
 
 class SlowTwin(Backend):

@@ -8,39 +8,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.fakes import FakeBackend
 from tilewise.bench import kernels as bk
 from tilewise.errors import InputError
-from tilewise.kernels.backends import Backend, BuildResult, MeasureOptions, RunResult
-from tilewise.kernels.ops import OpSpec
-from tilewise.kernels.targets import TargetProfile
 from tilewise.settings import Settings
-from tilewise.types import Shape, Tiling
 
 
-class StubBackend(Backend):
+def stub_backend() -> FakeBackend:
     """No compile, no launch: latency falls with tileLength, so tuning can beat the default."""
-
-    name = "stub"
-
-    def build(self, spec: OpSpec, defines: dict[str, str]) -> BuildResult:
-        return BuildResult(
-            ok=True, key="k", artifact=Path("/nonexistent"), spills=0, stack_bytes=64
-        )
-
-    def run(
-        self,
-        build: BuildResult,
-        spec: OpSpec,
-        *,
-        shape: Shape,
-        dtype: str,
-        target: TargetProfile,
-        tiling: Tiling,
-        check: bool,
-        measure: MeasureOptions,
-    ) -> RunResult:
-        latency = 100.0 + 1e5 / tiling["tileLength"]
-        return RunResult("ok", (latency,) * measure.repeats)
+    return FakeBackend(lambda tiling: 100.0 + 1e5 / tiling["tileLength"], spread=(1.0,))
 
 
 MACHINE = bk.Machine(peak_flops=1e11, bandwidth=2e10, how="stub")
@@ -52,7 +28,7 @@ def test_row_schema_for_a_tiny_shape(tmp_path: Path, budget: int) -> None:
     row = bk.bench_case(
         "scale_relu_dropout",
         {"N": 4096},
-        backend=StubBackend(),
+        backend=stub_backend(),
         settings=settings,
         machine=MACHINE,
         budget=budget,

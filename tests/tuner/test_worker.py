@@ -18,10 +18,11 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+from tests.fakes import FakeBackend
 from tilewise import store
-from tilewise.kernels.backends import Backend, BuildResult, MeasureOptions, RunResult
-from tilewise.kernels.ops import OpSpec, get_op
-from tilewise.kernels.targets import TargetProfile, get_target, twin_target
+from tilewise.kernels.backends import Backend
+from tilewise.kernels.ops import get_op
+from tilewise.kernels.targets import get_target, twin_target
 from tilewise.search import Budget, JobTag, Progress, Tuner
 from tilewise.settings import Settings
 from tilewise.store import JobStatus, WorkerStatus
@@ -30,37 +31,6 @@ from tilewise.worker import Worker
 
 OP = "scale_relu_dropout"
 ROOT = Path(__file__).resolve().parents[2]
-
-
-class FakeBackend(Backend):
-    """Latency is a function of the tiling; counts every checked launch per tiling."""
-
-    name = "fake"
-
-    def __init__(self, *, delay_s: float = 0.0) -> None:
-        self.checked: Counter[str] = Counter()
-        self.delay_s = delay_s
-
-    def build(self, spec: OpSpec, defines: dict[str, str]) -> BuildResult:
-        return BuildResult(ok=True, key=repr(sorted(defines.items())), artifact=Path("/x"))
-
-    def run(
-        self,
-        build: BuildResult,
-        spec: OpSpec,
-        *,
-        shape: Shape,
-        dtype: str,
-        target: TargetProfile,
-        tiling: Tiling,
-        check: bool,
-        measure: MeasureOptions,
-    ) -> RunResult:
-        if check:
-            self.checked[tiling.key()] += 1
-        time.sleep(self.delay_s)
-        latency = 1000.0 / tiling["blockDim"] + abs(tiling["tileLength"] - 2048) / 100
-        return RunResult("ok", (latency, latency * 1.01, latency * 0.99))
 
 
 @pytest.fixture(scope="session")

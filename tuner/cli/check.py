@@ -48,11 +48,11 @@ def check(
         verdict = spec.check(chosen, parsed, dtype, profile)
         result: dict[str, Any] = verdict.to_dict()
         if compiler:
-            from tilewise.kernels.backends._ascend.plan_check import check_plan
+            from tilewise.kernels.backends import check_plan
 
             result["compiler"] = check_plan(spec, chosen, parsed, dtype, profile).to_dict()
         if predict:
-            from tilewise.kernels.backends._ascend.cost_model import predict as model
+            from tilewise.kernels.backends import predict as model
 
             result["predicted"] = model(spec, chosen, parsed, dtype, profile).to_dict()
     except TilewiseError as exc:

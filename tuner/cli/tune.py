@@ -169,7 +169,7 @@ def _tune_predict(
     spec: Any, shape: Shape, dtype: str, profile: Any, *, top: int, seed: int | None, as_json: bool
 ) -> None:
     """Rank tilings by the cost model. Nothing is measured and nothing is stored."""
-    from tilewise.kernels.backends._ascend.cost_model import rank
+    from tilewise.kernels.backends import rank
 
     if profile.backend != "ascend":
         raise InputError("--predict models Ascend targets; pick one, e.g. --target ascend910b1")

@@ -1,16 +1,12 @@
 """Search: Optuna studies over an op's tunables, with cheap rejections before any compile."""
 
+from tilewise.search._evaluate import JobTag, Progress
+from tilewise.search._remeasure import Measured
 from tilewise.search._replay import ReplayResult, ReplayRun, ReplaySpace, replay_search
-from tilewise.search._strategies import STRATEGIES, SearchSpace, make_sampler
+from tilewise.search._space import SearchSpace
+from tilewise.search._strategies import STRATEGIES, make_sampler
 from tilewise.search._surrogate import SurrogateSampler
-from tilewise.search._tune import (
-    Budget,
-    JobTag,
-    Measured,
-    Progress,
-    Tuner,
-    TuneResult,
-)
+from tilewise.search._tune import Budget, Tuner, TuneResult
 
 __all__ = [
     "STRATEGIES",

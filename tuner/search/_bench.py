@@ -24,7 +24,8 @@ import numpy as np
 
 from tilewise.errors import InputError
 from tilewise.search._replay import ReplayRun, ReplaySpace, replay_search
-from tilewise.search._strategies import SearchSpace, make_sampler
+from tilewise.search._space import SearchSpace
+from tilewise.search._strategies import make_sampler
 
 CHECKPOINTS: tuple[int, ...] = (25, 50, 100, 200)
 THRESHOLDS: dict[str, float] = {"evals_to_5pct": 0.05, "evals_to_1pct": 0.01}

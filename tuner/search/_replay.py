@@ -11,9 +11,9 @@ compile or run. Every configuration allowed by the restrictions is a row, so:
 
 The times are visible only through :meth:`ReplaySpace.evaluate`, which counts the evaluations
 itself; :attr:`ReplaySpace.optimum_ms` gives the answer away and is meant for reports after a
-run. :func:`replay_search` drives one Optuna sampler against a space the way the Tuner drives a
-backend (ask, reject or evaluate, tell with constraints; a configuration is never evaluated
-twice).
+run. :func:`replay_search` drives one Optuna sampler against a space with the Tuner's
+ask-and-tell loop (:mod:`tilewise.search._loop`: ask, reject or evaluate, tell with
+constraints; a configuration is never evaluated twice).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution
 
 from tilewise.errors import InputError
-from tilewise.search._strategies import set_constraints
+from tilewise.search._loop import AskTellLoop
 
 TIME_COLUMN = "time_ms"
 
@@ -52,6 +52,12 @@ class ReplayResult:
 
     status: Literal["ok", "failed", "infeasible"]
     time_ms: float | None = None
+
+    @property
+    def value(self) -> float | None:
+        """What the study minimises: the recorded time; None for a failed or infeasible
+        configuration."""
+        return self.time_ms
 
     @property
     def constraints(self) -> dict[str, float]:
@@ -210,33 +216,44 @@ def replay_search(
     study = optuna.create_study(sampler=sampler, direction="minimize")
     for params in warm_start:
         study.enqueue_trial(dict(params), skip_if_exists=True)
-    dists = space.distributions
     run = ReplayRun()
-    seen: dict[Config, ReplayResult] = {}
-    max_proposals = 25 * budget + 200
-    start = space.evaluations
-    idle = 0
-    while space.evaluations - start < budget and run.proposals < max_proposals and idle <= 100:
-        run.proposals += 1
-        trial = study.ask(dists)
-        config = space.config_of(trial.params)
-        if config in seen:
-            result = seen[config]
-            run.duplicates += 1
-            idle += 1
-        else:
-            before = space.evaluations
-            result = seen[config] = space.evaluate(trial.params)
-            if space.evaluations > before:
-                idle = 0
-                time_ms = result.time_ms
-                if time_ms is not None and (run.best_ms is None or time_ms < run.best_ms):
-                    run.best_ms, run.best_config = time_ms, dict(trial.params)
-                run.best_after.append(run.best_ms if run.best_ms is not None else math.inf)
-                if on_evaluation is not None:
-                    on_evaluation(run)
-            else:
-                idle += 1
-        set_constraints(trial, result.constraints)
-        study.tell(trial, result.time_ms if result.time_ms is not None else math.inf)
+    _ReplayLoop(space, study, budget=budget, run=run, on_evaluation=on_evaluation).run()
     return run
+
+
+class _ReplayLoop(AskTellLoop[Config, ReplayResult]):
+    """replay_search's ask-and-tell loop: configurations evaluated on the recorded space; one
+    that breaks the restrictions spends no evaluation."""
+
+    def __init__(
+        self,
+        space: ReplaySpace,
+        study: optuna.Study,
+        *,
+        budget: int,
+        run: ReplayRun,
+        on_evaluation: Callable[[ReplayRun], None] | None,
+    ) -> None:
+        super().__init__(study, space.distributions, budget=budget, seen={}, counts=run)
+        self.space, self.progress, self.on_evaluation = space, run, on_evaluation
+        self.start = space.evaluations
+
+    def key(self, params: Mapping[str, Any]) -> Config:
+        return self.space.config_of(params)
+
+    def spent(self) -> int:
+        return self.space.evaluations - self.start
+
+    def evaluate(self, trial: optuna.Trial) -> ReplayResult:
+        result = self.space.evaluate(trial.params)
+        if not self.idle(result):
+            run, time_ms = self.progress, result.time_ms
+            if time_ms is not None and (run.best_ms is None or time_ms < run.best_ms):
+                run.best_ms, run.best_config = time_ms, dict(trial.params)
+            run.best_after.append(run.best_ms if run.best_ms is not None else math.inf)
+            if self.on_evaluation is not None:
+                self.on_evaluation(run)
+        return result
+
+    def idle(self, result: ReplayResult) -> bool:
+        return result.status == "infeasible"

@@ -1,6 +1,11 @@
-"""From an op's tunables to Optuna distributions and back."""
+"""The space a strategy searches: an op's tunables as Optuna distributions and back, and what
+is known about a configuration before it is evaluated (:class:`SearchSpace`)."""
 
 from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from optuna.distributions import BaseDistribution, CategoricalDistribution
 
@@ -23,3 +28,14 @@ def space_size(tunables: tuple[Tunable, ...]) -> int:
 
 def tiling_from_params(params: dict[str, object]) -> Tiling:
     return Tiling({k: int(v) for k, v in params.items()})  # type: ignore[call-overload]
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """The distributions searched, and what is known about feasibility without evaluating."""
+
+    distributions: Mapping[str, BaseDistribution]
+    #: True when the configuration passes the static restrictions; None = everything passes.
+    feasible: Callable[[Mapping[str, Any]], bool] | None = None
+    #: Every feasible configuration, when they can be listed (a recorded space).
+    candidates: Callable[[], Sequence[Mapping[str, Any]]] | None = None

@@ -2,45 +2,20 @@
 
 A strategy is an ``optuna.samplers.BaseSampler``, so the same object drives ``tilewise tune``
 (the Tuner) and ``tilewise bench search`` (the replay target). What a strategy may know before
-it evaluates anything is a :class:`SearchSpace`: the distributions and, optionally, a
-``feasible`` predicate (the op's static check, or a recorded space's restrictions) and the full
-list of feasible configurations when it is small enough to list.
+it evaluates anything is a :class:`~tilewise.search._space.SearchSpace`: the distributions and,
+optionally, a ``feasible`` predicate (the op's static check, or a recorded space's restrictions)
+and the full list of feasible configurations when it is small enough to list.
 """
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable
 
 import optuna
-from optuna.distributions import BaseDistribution
 
 from tilewise.errors import ConfigError, InputError
-
-
-@dataclass(frozen=True)
-class SearchSpace:
-    """The distributions searched, and what is known about feasibility without evaluating."""
-
-    distributions: Mapping[str, BaseDistribution]
-    #: True when the configuration passes the static restrictions; None = everything passes.
-    feasible: Callable[[Mapping[str, Any]], bool] | None = None
-    #: Every feasible configuration, when they can be listed (a recorded space).
-    candidates: Callable[[], Sequence[Mapping[str, Any]]] | None = None
-
-
-def set_constraints(trial: optuna.Trial, constraints: Mapping[str, float]) -> None:
-    """Tell Optuna how far ``trial`` is from feasible (> 0: infeasible; the record keeps the
-    values per reason).
-
-    Every trial carries the one constraint ``violation``, the sum of the positive values:
-    samplers that model constraints (Optuna's GPSampler) refuse trials whose constraint sets
-    differ, and TPE scores an infeasible trial by this very sum.
-    """
-    trial.set_constraint("violation", sum(v for v in constraints.values() if v > 0))
-
+from tilewise.search._space import SearchSpace
 
 Factory = Callable[[int | None, SearchSpace | None], optuna.samplers.BaseSampler]
 

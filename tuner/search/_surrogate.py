@@ -56,7 +56,7 @@ from optuna.study import Study
 from optuna.trial import FrozenTrial, TrialState
 
 from tilewise.search._gp import GaussianProcess
-from tilewise.search._strategies import SearchSpace
+from tilewise.search._space import SearchSpace
 
 Config = tuple[Any, ...]
 

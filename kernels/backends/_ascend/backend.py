@@ -6,6 +6,11 @@ is started once per trial on the worker's device, reads the GM inputs from the f
 to them (so the answer is judged by the same code as the twin's), and prints one JSON line with
 event timings. With ``msprof=True`` the timed launches run under ``msprof op`` instead and the
 samples are its Task Durations.
+
+Of the contract's hooks, ``prior_tilings`` gives the tilings the analytic cost model (see
+:mod:`.cost_model`) ranks fastest: on an NPU every evaluation is a compile and a launch, so the
+search starts from them. ``refine_check`` takes the UB verdict from Huawei's compiler (see
+:mod:`.plan_check`) when the settings ask for ``ub_check=compiler``.
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ from typing import Any
 
 from tilewise.errors import BackendError, InputError
 from tilewise.kernels.backends._ascend import msprof as msprof_csv
+from tilewise.kernels.backends._ascend.cost_model import rank
+from tilewise.kernels.backends._ascend.plan_check import compiler_check
 from tilewise.kernels.backends._ascend.project import (
     build_command,
     configure_command,
@@ -38,7 +45,7 @@ from tilewise.kernels.backends._ascend.project import (
 from tilewise.kernels.backends._ascend.toolkit import RUN_MODES, Toolkit, find_toolkit
 from tilewise.kernels.backends._base import Backend, BuildResult, MeasureOptions, RunResult
 from tilewise.kernels.backends._problem import Problem
-from tilewise.kernels.ops import OpSpec
+from tilewise.kernels.ops import Check, OpSpec
 from tilewise.kernels.targets import TargetProfile, get_target
 from tilewise.settings import Settings, get_settings
 from tilewise.status import RecordStatus
@@ -64,6 +71,9 @@ ACL_ERRORS: dict[int, str] = {
 }
 
 _BUILD_ERROR_LINES = 20
+#: Random tilings the cost model ranks for prior_tilings (a few ms per op), from a fixed seed so
+#: that every worker of a workload starts from the same priors.
+PRIOR_SAMPLES = 2000
 
 
 def describe_runner_error(answer: Mapping[str, Any]) -> str:
@@ -180,6 +190,29 @@ class AscendBackend(Backend):
         self._mode_checked = False
         self._problem: Problem | None = None
         self.last_profile: msprof_csv.MsprofReport | None = None
+
+    # -- what the search may know before measuring -------------------------------------------
+    def refine_check(
+        self,
+        spec: OpSpec,
+        tiling: Tiling,
+        shape: Shape,
+        dtype: str,
+        target: TargetProfile,
+        check: Check,
+    ) -> Check:
+        """With ``ub_check=compiler`` the UB verdict is bishengir-compile's on the kernel's
+        buffer plan instead of the analytic footprint's."""
+        if self.settings.ub_check != "compiler":
+            return check
+        return compiler_check(spec, tiling, shape, dtype, target, check)
+
+    def prior_tilings(
+        self, spec: OpSpec, shape: Shape, dtype: str, target: TargetProfile, *, limit: int
+    ) -> list[Tiling]:
+        """The tilings the cost model ranks fastest."""
+        ranked = rank(spec, shape, dtype, target, samples=PRIOR_SAMPLES, seed=0)
+        return [tiling for tiling, _ in ranked[:limit]]
 
     # -- environment -------------------------------------------------------------------------
     def environment(self) -> dict[str, Any]:

@@ -10,6 +10,8 @@ their temporaries. The compiler's memory planner then gives a real verdict in ~0
 * ``fallback``  — it only fitted after silently dropping multi-buffering: counts as not fitting.
 
 No NPU or CANN is needed. Needs the optional extra: ``pip install tilewise[ascend-ir]``.
+:func:`compiler_check` puts the verdict into an op's static check in place of its analytic UB
+footprint (the Ascend backend's ``refine_check`` with ``ub_check=compiler``).
 """
 
 from __future__ import annotations
@@ -19,12 +21,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
 from tilewise.errors import BackendError, ConfigError
-from tilewise.kernels.ops import Buffer, OpSpec
+from tilewise.kernels.ops import Buffer, Check, OpSpec
 from tilewise.kernels.targets import UB_MIX_RESERVED, UB_RESERVED, TargetProfile
 from tilewise.types import Shape, Tiling
 
@@ -141,6 +143,23 @@ def check_plan(
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise BackendError(f"bishengir-compile failed to run: {exc}") from exc
     return parse_verdict(done.stdout + done.stderr)
+
+
+def compiler_check(
+    spec: OpSpec, tiling: Tiling, shape: Shape, dtype: str, target: TargetProfile, check: Check
+) -> Check:
+    """``check`` (the op's static check of ``tiling``) with its UB verdict replaced by
+    ``bishengir-compile``'s on the kernel's buffer plan; the other reasons stay."""
+    verdict = check_plan(spec, tiling, shape, dtype, target)
+    reasons = [r for r in check.reasons if not r.startswith("UB overflow")]
+    constraints = dict(check.constraints)
+    if verdict.verdict == "fits":
+        constraints["ub"] = min(constraints.get("ub", 0.0), 0.0)
+    else:
+        needed = verdict.required_bytes or check.footprint.ub
+        reasons.append(f"UB {verdict.verdict} by bishengir-compile: needs {needed} B")
+        constraints["ub"] = max(constraints.get("ub", 0.0), 1e-6)
+    return replace(check, valid=not reasons, reasons=tuple(reasons), constraints=constraints)
 
 
 if __name__ == "__main__":  # pragma: no cover - a debugging aid: print the plan of a default tiling

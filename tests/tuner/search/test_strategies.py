@@ -5,7 +5,6 @@ from __future__ import annotations
 import itertools
 import math
 import sys
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -13,11 +12,11 @@ import numpy as np
 import optuna
 import pytest
 
+from tests.fakes import FakeBackend
 from tilewise import store
 from tilewise.errors import ConfigError, InputError
-from tilewise.kernels.backends import Backend, BuildResult, MeasureOptions, RunResult
-from tilewise.kernels.ops import OpSpec, get_op
-from tilewise.kernels.targets import TargetProfile, twin_target
+from tilewise.kernels.ops import get_op
+from tilewise.kernels.targets import twin_target
 from tilewise.search import STRATEGIES, Budget, ReplaySpace, Tuner, make_sampler, replay_search
 from tilewise.search._bench import search_space_of
 from tilewise.search._surrogate import SurrogateSampler
@@ -216,39 +215,17 @@ def test_the_gp_refits_its_hyperparameters_as_evaluations_grow(tmp_path: Path) -
 # -- warm start in the Tuner ----------------------------------------------------------------
 
 
-class LatencyBackend(Backend):
-    """Latency is a fixed function of the tiling: best at tileLength 8192 and many blocks."""
-
-    name = "latency"
-
-    def __init__(self) -> None:
-        self.runs: list[str] = []
-
-    def build(self, spec: OpSpec, defines: dict[str, str]) -> BuildResult:
-        key = repr(sorted(defines.items()))
-        return BuildResult(
-            ok=True, key=key, artifact=Path("/nonexistent"), spills=0, stack_bytes=64
-        )
-
-    def run(
-        self,
-        build: BuildResult,
-        spec: OpSpec,
-        *,
-        shape: Shape,
-        dtype: str,
-        target: TargetProfile,
-        tiling: Tiling,
-        check: bool,
-        measure: MeasureOptions,
-    ) -> RunResult:
-        if check:
-            self.runs.append(tiling.key())
-        latency = 1000.0 / tiling["blockDim"] + abs(tiling["tileLength"] - 8192) / 100
-        return RunResult("ok", (latency, latency, latency))
+def latency(tiling: Tiling) -> float:
+    """A fixed function of the tiling: best at tileLength 8192 and many blocks."""
+    return 1000.0 / tiling["blockDim"] + abs(tiling["tileLength"] - 8192) / 100
 
 
-def make_tuner(db: store.Store, backend: Backend, settings: Settings, n: int) -> Tuner:
+def latency_backend() -> FakeBackend:
+    """Every run of a tiling reads its latency three times."""
+    return FakeBackend(latency, spread=(1.0, 1.0, 1.0))
+
+
+def make_tuner(db: store.Store, backend: FakeBackend, settings: Settings, n: int) -> Tuner:
     return Tuner(
         spec=get_op("scale_relu_dropout"),
         shape=Shape({"N": n}),
@@ -260,20 +237,18 @@ def make_tuner(db: store.Store, backend: Backend, settings: Settings, n: int) ->
     )
 
 
-class BusyStartBackend(LatencyBackend):
-    """LatencyBackend whose first `busy` unchecked runs (the final re-measure) read twice as
+def busy_start_backend(busy: int) -> FakeBackend:
+    """latency_backend whose first `busy` unchecked runs (the final re-measure) read twice as
     slow, as when another process takes the machine for a moment."""
+    left = busy
 
-    def __init__(self, busy: int) -> None:
-        super().__init__()
-        self.busy = busy
+    def remeasure(tiling: Tiling, n: int) -> list[float]:
+        nonlocal left
+        factor = 2.0 if left > 0 else 1.0
+        left -= 1
+        return [factor * latency(tiling)] * 3
 
-    def run(self, build: BuildResult, spec: OpSpec, **kw: Any) -> RunResult:
-        result = super().run(build, spec, **kw)
-        if kw["check"] or self.busy <= 0:
-            return result
-        self.busy -= 1
-        return RunResult("ok", tuple(2 * t for t in result.samples_us))
+    return FakeBackend(latency, spread=(1.0, 1.0, 1.0), remeasure=remeasure)
 
 
 def test_the_final_remeasure_shares_a_busy_moment_among_the_contenders(tmp_path: Path) -> None:
@@ -282,7 +257,7 @@ def test_the_final_remeasure_shares_a_busy_moment_among_the_contenders(tmp_path:
     # The first two runs of the re-measure (its warm-up and the first contender's first
     # round) read twice as slow. Measured one after the other, the first contender's median
     # would double; in rounds it is one slow round of three.
-    tuner = make_tuner(db, BusyStartBackend(busy=2), settings, 1 << 18)
+    tuner = make_tuner(db, busy_start_backend(busy=2), settings, 1 << 18)
     result = tuner.run(Budget(8), seed=0)
     assert result.best is not None and result.default is not None
     with db.session() as s:
@@ -299,17 +274,12 @@ def test_the_final_remeasure_shares_a_busy_moment_among_the_contenders(tmp_path:
     db.close()
 
 
-class FlatBackend(LatencyBackend):
+def flat_backend(default: Tiling, factor: float) -> FakeBackend:
     """Every tiling takes 100 us except the default, ``factor`` times that; each run reads
     0.9, 1 and 1.1 times its latency, as a shared machine spreads a kernel's runs."""
-
-    def __init__(self, default: Tiling, factor: float) -> None:
-        super().__init__()
-        self.default, self.factor = default, factor
-
-    def run(self, build: BuildResult, spec: OpSpec, **kw: Any) -> RunResult:
-        latency = 100.0 * (self.factor if kw["tiling"] == self.default else 1.0)
-        return RunResult("ok", (0.9 * latency, latency, 1.1 * latency))
+    return FakeBackend(
+        lambda tiling: 100.0 * (factor if tiling == default else 1.0), spread=(0.9, 1.0, 1.1)
+    )
 
 
 @pytest.mark.parametrize("factor", [1.005, 1.2])
@@ -320,7 +290,7 @@ def test_a_tiling_replaces_the_default_only_when_faster_beyond_the_noise(
     db = store.open_store(settings.db_url)
     spec, shape = get_op("scale_relu_dropout"), Shape({"N": 1 << 18})
     default = spec.default_tiling(shape, "float32", twin_target())
-    tuner = make_tuner(db, FlatBackend(default, factor), settings, 1 << 18)
+    tuner = make_tuner(db, flat_backend(default, factor), settings, 1 << 18)
     result = tuner.run(Budget(6), seed=0)
     assert result.best is not None and result.default is not None
     with db.session() as s:
@@ -363,12 +333,12 @@ def test_warm_start_measures_the_nearest_tuned_tilings_first(tmp_path: Path) -> 
         db_url=f"sqlite:///{tmp_path / 'db' / 'tw.db'}", cache_dir=tmp_path / "c", remeasure_top=1
     )
     db = store.open_store(settings.db_url)
-    far, near = LatencyBackend(), LatencyBackend()
+    far, near = latency_backend(), latency_backend()
     far_result = make_tuner(db, far, settings, 1 << 15).run(Budget(6), seed=0)
     near_result = make_tuner(db, near, settings, 1 << 17).run(Budget(6), seed=1)
     assert far_result.best is not None and near_result.best is not None
 
-    new = make_tuner(db, LatencyBackend(), settings, 1 << 18)
+    new = make_tuner(db, latency_backend(), settings, 1 << 18)
     with db.session() as s:
         warm = nearest_tuned_tilings(
             s, spec=new.spec, shape=new.shape, dtype="float32", target=new.target
@@ -380,12 +350,12 @@ def test_warm_start_measures_the_nearest_tuned_tilings_first(tmp_path: Path) -> 
     expected = [t.key() for t in warm if t != default]
     assert expected
 
-    backend = LatencyBackend()
+    backend = latency_backend()
     make_tuner(db, backend, settings, 1 << 18).run(Budget(8), seed=2)
-    first = backend.runs[: len(expected) + 1]
+    first = list(backend.checked)[: len(expected) + 1]
     assert first[: len(expected)] == expected
     assert first[len(expected)] == default.key() or default.key() in expected
-    assert Counter(backend.runs).most_common(1)[0][1] == 1  # nothing measured twice
+    assert backend.checked.most_common(1)[0][1] == 1  # nothing measured twice
     db.close()
 
 
@@ -427,7 +397,10 @@ def test_warm_start_skips_tilings_outside_this_shapes_domains(tmp_path: Path) ->
             speedup=None,
             evaluations=1,
         )
-    backend = LatencyBackendAny()
+    # Any op: the latency is a fixed function of the tiling's key.
+    backend = FakeBackend(
+        lambda tiling: 1.0 + (hash(tiling.key()) % 1000) / 1000, spread=(1.0, 1.0, 1.0)
+    )
     result = Tuner(
         spec=spec,
         shape=here,
@@ -438,17 +411,5 @@ def test_warm_start_skips_tilings_outside_this_shapes_domains(tmp_path: Path) ->
         settings=settings,
     ).run(Budget(3), seed=0)
     assert result.progress.evaluations == 3
-    assert stranger.key() not in backend.runs
+    assert stranger.key() not in backend.checked
     db.close()
-
-
-class LatencyBackendAny(LatencyBackend):
-    """Any op: the latency is a fixed function of the tiling's key."""
-
-    def run(self, build: BuildResult, spec: OpSpec, **kw: object) -> RunResult:
-        tiling = kw["tiling"]
-        assert isinstance(tiling, Tiling)
-        if kw["check"]:
-            self.runs.append(tiling.key())
-        latency = 1.0 + (hash(tiling.key()) % 1000) / 1000
-        return RunResult("ok", (latency, latency, latency))

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections import Counter
+import itertools
 from pathlib import Path
 
 import pytest
 
+from tests.fakes import FakeBackend
 from tilewise import store
-from tilewise.kernels.backends import Backend, BuildResult, MeasureOptions, RunResult
+from tilewise.kernels.backends import Backend
 from tilewise.kernels.ops import OpSpec, get_op
 from tilewise.kernels.targets import TargetProfile, twin_target
 from tilewise.search import Budget, Tuner
@@ -16,46 +17,19 @@ from tilewise.settings import Settings
 from tilewise.types import Shape, Tiling
 
 
-class CountingBackend(Backend):
+def counting_backend(*, crash_tile: int | None = None, spills: int = 0) -> FakeBackend:
     """Latency is a fixed function of the tiling; failures for chosen tile lengths."""
 
-    name = "counting"
-
-    def __init__(self, *, crash_tile: int | None = None, spills: int = 0) -> None:
-        self.builds: Counter[str] = Counter()
-        self.runs: Counter[str] = Counter()
-        self.checked: Counter[str] = Counter()
-        self.crash_tile, self.spills = crash_tile, spills
-
-    def build(self, spec: OpSpec, defines: dict[str, str]) -> BuildResult:
-        key = repr(sorted(defines.items()))
-        self.builds[key] += 1
-        return BuildResult(
-            ok=True, key=key, artifact=Path("/nonexistent"), spills=self.spills, stack_bytes=128
-        )
-
-    def run(
-        self,
-        build: BuildResult,
-        spec: OpSpec,
-        *,
-        shape: Shape,
-        dtype: str,
-        target: TargetProfile,
-        tiling: Tiling,
-        check: bool,
-        measure: MeasureOptions,
-    ) -> RunResult:
-        self.runs[tiling.key()] += 1
-        self.checked[tiling.key()] += check
-        if tiling["tileLength"] == self.crash_tile:
-            return RunResult("crashed", error="runner died (signal SIGSEGV)")
-        latency = (
+    def latency(tiling: Tiling) -> float | None:
+        if tiling["tileLength"] == crash_tile:
+            return None
+        return (
             1000.0 / tiling["blockDim"]
             + abs(tiling["tileLength"] - 2048) / 100
             + tiling["bufferNum"]
         )
-        return RunResult("ok", (latency, latency * 1.01, latency * 0.99))
+
+    return FakeBackend(latency, spills=spills, stack_bytes=128)
 
 
 def make_tuner(db: store.Store, backend: Backend, settings: Settings, n: int = 1 << 16) -> Tuner:
@@ -77,7 +51,7 @@ def settings(tmp_path: Path, db_url: str) -> Settings:
 
 def test_default_first_no_tiling_twice_infeasible_never_built(settings: Settings) -> None:
     db = store.open_store(settings.db_url)
-    backend = CountingBackend()
+    backend = counting_backend()
     tuner = make_tuner(db, backend, settings)
     result = tuner.run(Budget(12), seed=1)
     p = result.progress
@@ -114,9 +88,9 @@ def test_default_first_no_tiling_twice_infeasible_never_built(settings: Settings
 
 def test_resume_does_not_measure_again(settings: Settings) -> None:
     db = store.open_store(settings.db_url)
-    first = CountingBackend()
+    first = counting_backend()
     make_tuner(db, first, settings).run(Budget(6), seed=3)
-    second = CountingBackend()
+    second = counting_backend()
     make_tuner(db, second, settings).run(Budget(6), seed=4)
     searched_again = {k for k, n in second.checked.items() if n}
     searched_first = {k for k, n in first.checked.items() if n}
@@ -126,7 +100,7 @@ def test_resume_does_not_measure_again(settings: Settings) -> None:
 
 def test_failures_are_records_and_the_study_goes_on(settings: Settings) -> None:
     db = store.open_store(settings.db_url)
-    backend = CountingBackend(crash_tile=2048)
+    backend = counting_backend(crash_tile=2048)
     tuner = make_tuner(db, backend, settings)
     result = tuner.run(Budget(15), seed=2)
     with db.session() as s:
@@ -139,7 +113,7 @@ def test_failures_are_records_and_the_study_goes_on(settings: Settings) -> None:
 
 def test_spilling_variants_are_rejected_after_the_build(settings: Settings) -> None:
     db = store.open_store(settings.db_url)
-    backend = CountingBackend(spills=settings.max_loop_spills + 1)
+    backend = counting_backend(spills=settings.max_loop_spills + 1)
     tuner = make_tuner(db, backend, settings)
     result = tuner.run(Budget(3), seed=0)
     assert result.best is None and result.progress.evaluations == 0
@@ -150,14 +124,19 @@ def test_spilling_variants_are_rejected_after_the_build(settings: Settings) -> N
     db.close()
 
 
-def test_compiler_ub_check_on_ascend_targets(settings: Settings) -> None:
+def test_compiler_ub_check_on_ascend_targets(settings: Settings, tmp_path: Path) -> None:
     pytest.importorskip("ascendnpuir")
+    from tests.kernels.backends.ascend.ascend_fakes import make_toolkit
+    from tilewise.kernels.backends._ascend.backend import AscendBackend
     from tilewise.kernels.targets import get_target
 
     strict = settings.model_copy(update={"ub_check": "compiler"})
     db = store.open_store(strict.db_url)
+    # The compiler's verdict is the Ascend backend's refinement of the static check: nothing
+    # here is built, so a fake CANN tree is enough.
+    ascend = AscendBackend(strict, target="ascend910b1", toolkit=make_toolkit(tmp_path / "Ascend"))
     tuner = Tuner(spec=get_op("scale_relu_dropout"), shape=Shape({"N": 1 << 20}), dtype="float32",
-                  target=get_target("ascend910b1"), backend=CountingBackend(), db=db, settings=strict)  # fmt: skip
+                  target=get_target("ascend910b1"), backend=ascend, db=db, settings=strict)  # fmt: skip
     fits = Tiling({"tileLength": 6144, "blockDim": 8, "bufferNum": 2})
     over = fits.replace(tileLength=12288)
     assert tuner.static_check(fits).valid
@@ -167,4 +146,30 @@ def test_compiler_ub_check_on_ascend_targets(settings: Settings) -> None:
     assert not any(
         r.startswith("UB overflow: needs") for r in verdict.reasons
     )  # the compiler's word
+    db.close()
+
+
+def test_the_backends_prior_tilings_are_measured_first(settings: Settings) -> None:
+    spec, shape, target = get_op("scale_relu_dropout"), Shape({"N": 1 << 16}), twin_target()
+    default = spec.default_tiling(shape, "float32", target)
+    tunables = spec.tunables(shape, "float32", target)
+    valid = [
+        tiling
+        for values in itertools.product(*(t.values for t in tunables))
+        for tiling in [Tiling(dict(zip((t.name for t in tunables), values, strict=True)))]
+        if tiling != default and spec.valid(tiling, shape, "float32", target)
+    ]
+    priors = valid[-4:]  # the slowest blocks: not where a sampler would start
+
+    class WithPriors(FakeBackend):
+        def prior_tilings(
+            self, spec: OpSpec, shape: Shape, dtype: str, target: TargetProfile, *, limit: int
+        ) -> list[Tiling]:
+            return priors[:limit]
+
+    db = store.open_store(settings.db_url)
+    backend = WithPriors(lambda tiling: float(tiling["tileLength"]))
+    make_tuner(db, backend, settings).run(Budget(6), seed=0)
+    first = list(backend.checked)[:4]
+    assert first == [t.key() for t in priors[:3]] + [default.key()]  # at most 3, then the default
     db.close()

@@ -3,19 +3,18 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.fakes import FakeBackend
 from tilewise import store
-from tilewise.kernels.backends import Backend, BuildResult, RunResult
-from tilewise.kernels.ops import OpSpec, get_op
+from tilewise.kernels.ops import get_op
 from tilewise.kernels.targets import twin_target
 from tilewise.search import Progress, Tuner
-from tilewise.search._tune import beats_default
+from tilewise.search._remeasure import beats_default
 from tilewise.settings import Settings
 from tilewise.types import Shape, Tiling
 
@@ -38,12 +37,10 @@ def _spread(median: float) -> tuple[float, ...]:
     return (0.98 * median, median, 1.02 * median)
 
 
-class ScriptedBackend(Backend):
+class ScriptedBackend(FakeBackend):
     """Search runs (checked) take ``search[tiling]``; re-measure runs (unchecked) take
     ``remeasure[tiling]`` per round. A tiling in ``crash_after`` crashes once it has had that
     many unchecked runs (the re-measure's warm-up counts for the first contender)."""
-
-    name = "scripted"
 
     def __init__(
         self,
@@ -51,27 +48,14 @@ class ScriptedBackend(Backend):
         remeasure: Mapping[Tiling, Sequence[float]],
         crash_after: Mapping[Tiling, int] | None = None,
     ) -> None:
-        self.search, self.remeasure = dict(search), dict(remeasure)
-        self.crash_after = dict(crash_after or {})
-        self.unchecked: Counter[Tiling] = Counter()
+        self.search, limits = dict(search), dict(crash_after or {})
 
-    def build(self, spec: OpSpec, defines: dict[str, str]) -> BuildResult:
-        return BuildResult(ok=True, key="k", artifact=Path("/nonexistent"), spills=0)
+        def remeasured(tiling: Tiling, n: int) -> Sequence[float] | None:
+            return None if n > limits.get(tiling, 1_000) else remeasure[tiling]
 
-    def run(
-        self, build: BuildResult, spec: OpSpec, *, tiling: Tiling, check: bool, **_: Any
-    ) -> RunResult:
-        if check:
-            latency = self.search[tiling]
-            return (
-                RunResult("crashed", error="boom")
-                if latency is None
-                else RunResult("ok", _spread(latency))
-            )
-        self.unchecked[tiling] += 1
-        if self.unchecked[tiling] > self.crash_after.get(tiling, 1_000):
-            return RunResult("crashed", error="boom")
-        return RunResult("ok", tuple(self.remeasure[tiling]))
+        super().__init__(
+            self.search.__getitem__, spread=_spread(1.0), remeasure=remeasured, stack_bytes=None
+        )
 
 
 def _finish(
@@ -178,7 +162,7 @@ def test_a_contender_that_fails_during_the_remeasure_drops_out(tmp_path: Path) -
         crash_after={A: 2},
     )
     best, default, db, wid = _finish(tmp_path, backend)
-    assert backend.unchecked[A] == 3  # warm-up, round 1, the crash in round 2; then left out
+    assert backend.unchecked[A.key()] == 3  # warm-up, round 1, the crash in round 2; then left out
     assert best.tiling == B and default.latency_us == 100.0
     assert Tiling(_stored(db, wid).tiling) == B
     assert A not in _remeasured(db, wid)
@@ -206,7 +190,7 @@ def test_when_the_default_itself_failed_the_best_is_stored_without_a_speedup(
     )
     best, default, db, wid = _finish(tmp_path, backend)
     assert best.tiling == A and default is None
-    assert DEFAULT not in backend.unchecked  # a failed default is not re-measured
+    assert DEFAULT.key() not in backend.unchecked  # a failed default is not re-measured
     stored = _stored(db, wid)
     assert Tiling(stored.tiling) == A
     assert (stored.latency_us, stored.default_latency_us, stored.speedup) == (45.0, None, None)

@@ -18,11 +18,13 @@ from tilewise.errors import BackendError, InputError
 from tilewise.kernels.backends import MeasureOptions, create_backend
 from tilewise.kernels.backends._ascend import backend as ascend_backend
 from tilewise.kernels.backends._ascend.backend import (
+    PRIOR_SAMPLES,
     AscendBackend,
     compiler_errors,
     describe_runner_error,
     parse_runner_output,
 )
+from tilewise.kernels.backends._ascend.cost_model import rank
 from tilewise.kernels.ops import get_op
 from tilewise.kernels.targets import get_target
 from tilewise.settings import Settings
@@ -272,3 +274,16 @@ def test_compiler_errors_picks_error_lines() -> None:
     log = "[ 10%] Building\nfoo.cpp:3:1: error: bad\nnote: here\nld: undefined reference to `f'\n"
     assert compiler_errors(log) == "foo.cpp:3:1: error: bad\nld: undefined reference to `f'"
     assert compiler_errors("a\nb\n") == "a\nb"
+
+
+def test_prior_tilings_are_the_cost_models_fastest(backend: AscendBackend) -> None:
+    priors = backend.prior_tilings(SPEC, SHAPE, "float32", TARGET, limit=3)
+    ranked = rank(SPEC, SHAPE, "float32", TARGET, samples=PRIOR_SAMPLES, seed=0)
+    assert priors == [tiling for tiling, _ in ranked[:3]]
+
+
+def test_the_analytic_ub_check_is_left_as_the_op_says(backend: AscendBackend) -> None:
+    tiling = SPEC.default_tiling(SHAPE, "float32", TARGET)
+    check = SPEC.check(tiling, SHAPE, "float32", TARGET)
+    assert backend.settings.ub_check == "analytic"
+    assert backend.refine_check(SPEC, tiling, SHAPE, "float32", TARGET, check) is check
