@@ -210,11 +210,15 @@ class OpSpec(ABC):
 
     @cached_property
     def version(self) -> str:
-        """Hash of the kernel source and the spec source: a changed kernel is a new workload."""
+        """Hash of the kernel source and the spec source: a changed kernel is a new workload.
+
+        The spec source is every class from the op's own up to OpSpec (not included): a spec that
+        inherits another op's tiling changes when that op's class does."""
         import inspect
 
         digest = hashlib.sha256(self.kernel_path.read_bytes())
-        digest.update(inspect.getsource(type(self)).encode())
+        for cls in type(self).__mro__[: type(self).__mro__.index(OpSpec)]:
+            digest.update(inspect.getsource(cls).encode())
         return digest.hexdigest()[:12]
 
     # -- inputs ----------------------------------------------------------------------------
