@@ -37,6 +37,7 @@ OPS: dict[str, str] = {
     "linear_add_gelu": "tilewise.kernels.ops.linear_add_gelu.spec",
     "scale_relu_dropout": "tilewise.kernels.ops.scale_relu_dropout.spec",
     "swiglu": "tilewise.kernels.ops.swiglu.spec",
+    "swiglu_grad": "tilewise.kernels.ops.swiglu_grad.spec",
     "swiglu_mlp": "tilewise.kernels.ops.swiglu_mlp.spec",
 }
 

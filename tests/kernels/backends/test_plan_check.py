@@ -24,6 +24,7 @@ SHAPES = {
     "scale_relu_dropout": Shape({"N": 1 << 22}),
     "linear_add_gelu": Shape({"M": 2048, "N": 2048, "K": 1024}),
     "swiglu": Shape({"T": 2048, "I": 2752}),
+    "swiglu_grad": Shape({"T": 2048, "I": 2752}),
     "layernorm_gelu": Shape({"R": 4096, "H": 1024}),
     "swiglu_mlp": Shape({"T": 512, "H": 1024, "I": 2752}),
     "conv_bias_leakyrelu": Shape(
