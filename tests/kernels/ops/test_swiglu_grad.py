@@ -86,3 +86,35 @@ def test_kernel_gradients_match_autograd(backend: CpuTwinBackend, shape: str, dt
         np.testing.assert_allclose(
             gm[name].astype(np.float64), want[name], rtol=rtol, atol=atol, err_msg=name
         )
+
+
+def emulate(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The kernel's instructions in numpy as the twin runs them: each computes in float32 from
+    dtype operands and rounds its result to dtype (Sigmoid once, as the high-level API)."""
+    dtype = inputs["g"].dtype
+
+    def r(x: np.ndarray) -> np.ndarray:
+        return np.asarray(x, np.float32).astype(dtype).astype(np.float32)
+
+    dout, g, u = (inputs[k].astype(np.float32) for k in ("dout", "g", "u"))
+    s = r(np.float32(1) / (np.float32(1) + np.exp(-g)))
+    du = r(g * s)
+    t = r(r(g - du) + np.float32(1))
+    dg = r(r(s * t) * r(u * dout))
+    return {"dg": dg, "du": r(du * dout)}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_tolerance_holds_at_the_benchmark_shape(dtype: str) -> None:
+    # The twin is too slow for T=2048, I=2752 in a test: the kernel's arithmetic, emulated, must
+    # meet the tolerance against the float64 reference there.
+    shape = SPEC.validate_shape(Shape.parse(SPEC.benchmark_shapes[-1]))
+    inputs = SPEC.make_inputs(shape, dtype, np.random.default_rng(1))
+    want, got = SPEC.reference(inputs, shape, dtype), emulate(inputs)
+    rtol, atol = SPEC.tolerance(dtype, shape)
+    for name in ("dg", "du"):
+        w = want[name].astype(np.float32)
+        assert np.isfinite(w).all() and 0.1 < float(np.abs(w).mean()) < 10, name
+        bad = np.abs(got[name] - w) > atol + rtol * np.abs(w)
+        assert not bad.any(), f"{name}: {int(bad.sum())} elements outside ({rtol}, {atol})"
