@@ -55,8 +55,9 @@ def test_row_schema_for_a_tiny_shape(tmp_path: Path, budget: int) -> None:
 
 
 def test_cases_cover_the_issue_shapes_and_reject_unknown_ops() -> None:
-    assert len(bk.cases(None)) == 8
+    assert len(bk.cases(None)) == 9
     assert bk.cases("swiglu") == [("swiglu", {"T": 2048, "I": 2752})]
+    assert bk.cases("swiglu_grad") == [("swiglu_grad", {"T": 2048, "I": 2752})]
     with pytest.raises(InputError):
         bk.cases("nope")
 
