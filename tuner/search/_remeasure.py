@@ -97,7 +97,7 @@ def finish(evaluator: Evaluator, default: Tiling) -> tuple[Measured | None, Meas
     samples = interleaved_samples(evaluator, contenders)
     latencies: dict[str, tuple[float, int]] = {}
     for key, times in samples.items():
-        pooled = RunResult(status="ok", samples_us=tuple(times))
+        pooled = RunResult(status=RecordStatus.OK, samples_us=tuple(times))
         median = pooled.median_us or 0.0  # every kept contender has samples
         rec = evaluator.record(
             contenders[key],
