@@ -23,8 +23,10 @@ from tilewise.types import Shape, Tiling
 _log = logging.getLogger(__name__)
 
 TARGET = "cpu-twin"
-#: Plans (tiling checked, struct packed, variant loaded) kept per Ops, the most recent first.
+#: Plans (tiling checked, struct packed, variant loaded) kept per Ops: the most recent ones.
 PLAN_CACHE = 4096
+#: The dtype name of each numpy dtype a kernel takes (native byte order only).
+_DTYPES = {np.dtype(t): name for name, t in NUMPY_DTYPES.items()}
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,8 @@ class _Plan:
     """Everything a launch of one (op, dtype, shape, tiling) needs besides the arrays."""
 
     choice: Choice
+    output: str  # the output's GM argument name
+    out_shape: tuple[int, ...]
     variant: Variant
     packed: bytes
     block_dim: int
@@ -71,7 +75,7 @@ class Ops:
         self._backend = CpuTwinBackend(settings)
         self._target = get_target(TARGET)
         self._host: Host | None = None
-        self._plans: dict[tuple[str, str, Shape, Tiling], _Plan] = {}
+        self._plans: dict[tuple[Any, ...], _Plan] = {}
         self._variants: dict[tuple[str, tuple[tuple[str, str], ...]], Variant] = {}
         self._lock = threading.Lock()  # the caches above; held while a variant builds
         self._local = threading.local()
@@ -111,14 +115,11 @@ class Ops:
         spec = get_op(op)
         inputs, attributes = _bind(spec, arrays, named)
         dtype = _check_inputs(spec, inputs)
-        shape = spec.shape_of({k: v.shape for k, v in inputs.items()}, attributes)
-        [output] = (n for n, role in spec.roles.items() if role == "out")
-        want = spec.array_shapes(shape)[output]
+        plan = self._plan(spec, dtype, inputs, attributes)
         if out is None:
-            out = np.empty(want, NUMPY_DTYPES[dtype])
+            out = np.empty(plan.out_shape, NUMPY_DTYPES[dtype])
         else:
-            _check_out(spec, output, out, want, dtype, inputs)
-        plan = self._plan(spec, dtype, shape)
+            _check_out(spec, plan.output, out, plan.out_shape, dtype, inputs)
         gm = [
             None if role == "workspace" else (out if role == "out" else inputs[name]).ctypes.data
             for name, role in spec.roles.items()
@@ -134,16 +135,27 @@ class Ops:
             self._host = shared_host(self._backend)
         return self._host
 
-    def _plan(self, spec: OpSpec, dtype: str, shape: Shape) -> _Plan:
-        answer = self.table.lookup(spec.name, target=TARGET, dtype=dtype, shape=shape)
-        key = (spec.name, dtype, shape, answer.tiling)
-        plan = self._plans.get(key)
+    def _plan(
+        self,
+        spec: OpSpec,
+        dtype: str,
+        inputs: Mapping[str, np.ndarray],
+        attributes: Mapping[str, Any],
+    ) -> _Plan:
+        """The plan of a call, kept per op, dtype, input shapes and attributes: a table never
+        changes, so a call of a shape seen before skips reading the shape and the lookup."""
+        shapes = {name: array.shape for name, array in inputs.items()}
+        key = (spec.name, dtype, *shapes.values(), *sorted(attributes.items()))
+        try:
+            plan = self._plans.get(key)
+        except TypeError:  # an attribute that is no integer: shape_of names it below
+            plan = None
         if plan is not None:
             return plan
+        shape = spec.shape_of(shapes, attributes)
+        answer = self.table.lookup(spec.name, target=TARGET, dtype=dtype, shape=shape)
         with self._lock:
-            plan = self._plans.get(key) or self._make_plan(
-                spec, dtype, shape, answer.tiling, answer.source
-            )
+            plan = self._make_plan(spec, dtype, shape, answer.tiling, answer.source)
             while len(self._plans) >= PLAN_CACHE:
                 del self._plans[next(iter(self._plans))]
             self._plans[key] = plan
@@ -168,8 +180,11 @@ class Ops:
         packed = spec.pack_tiling(tiling, shape, dtype, target)
         limits = target.limits(mix=spec.mix)
         args = spec.gm_args(shape, dtype)
+        [output] = (a.name for a in args if a.role == "out")
         return _Plan(
             choice=Choice(spec.name, dtype, shape, tiling, source),
+            output=output,
+            out_shape=spec.array_shapes(shape)[output],
             variant=variant,
             packed=packed,
             block_dim=spec.block_dim(tiling, shape, dtype, target),
@@ -232,12 +247,12 @@ def _check_inputs(spec: OpSpec, inputs: Mapping[str, Any]) -> str:
     for name, value in inputs.items():
         array = _check_array(spec, name, value)
         if not dtype:
-            if not (array.dtype.isnative and array.dtype.name in spec.dtypes):
+            dtype = _DTYPES.get(array.dtype, "")
+            if dtype not in spec.dtypes:
                 raise InputError(
                     f"{spec.name}: {name} has dtype {array.dtype}; supported: "
                     f"{', '.join(spec.dtypes)} in native byte order"
                 )
-            dtype = array.dtype.name
         elif array.dtype != np.dtype(NUMPY_DTYPES[dtype]):
             first = next(iter(inputs))
             raise InputError(
