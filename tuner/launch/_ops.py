@@ -98,6 +98,7 @@ class Ops:
         op.__doc__ = f"{spec.summary}\n\nInputs: {', '.join(_inputs(spec))}." + (
             f" Attributes: {', '.join(spec.attributes)}." if spec.attributes else ""
         )
+        self.__dict__[name] = op  # found without __getattr__ from now on
         return op
 
     def __dir__(self) -> list[str]:
