@@ -14,9 +14,11 @@ import numpy as np
 import pytest
 
 import tilewise
+from tests.api._support import live_server, make_settings
 from tilewise import store as st
-from tilewise.errors import InputError
+from tilewise.errors import BackendError, InputError
 from tilewise.export import TableEntry, dump_document, table_document
+from tilewise.kernels.backends._cpu_twin import CpuTwinBackend
 from tilewise.kernels.ops import OpSpec, get_op, list_ops
 from tilewise.kernels.targets import get_target
 from tilewise.launch import Ops, load_ops
@@ -211,6 +213,26 @@ def test_out_is_written_in_place(settings: Settings) -> None:
     assert_matches(LAG, ODD, "float32", g, out)
 
 
+def test_variants_come_from_the_tuners_build_cache(settings: Settings) -> None:
+    ops = load_ops(TilingTable([]), settings=settings)
+    call(ops, LAG, ODD, "float32")
+    assert ops.last_choice is not None
+    defines = LAG.compile_key(ops.last_choice.tiling, "float32")
+    assert CpuTwinBackend(settings).build(LAG, defines).cached
+
+
+def test_a_kernel_error_is_a_backend_error(settings: Settings) -> None:
+    ops = load_ops(TilingTable([]), settings=settings)
+    g = _good()
+    out = ops.linear_add_gelu(*g.values())
+    plan = ops._plan(LAG, "float32", g, {})
+    host = ops._shared_host()
+    with pytest.raises(BackendError, match="n_gm is 4, the kernel expects 5"):
+        host.launch(plan.variant, [a.ctypes.data for a in (*g.values(), out)], {}, plan.packed,
+                    plan.block_dim, plan.limits)  # fmt: skip
+    assert host.threads == CpuTwinBackend(settings).threads
+
+
 def test_two_threads_get_their_own_answers_and_choices(settings: Settings) -> None:
     ops = load_ops(TilingTable([]), settings=settings)
     errors: list[BaseException] = []
@@ -296,6 +318,13 @@ def test_load_ops_from_a_database_url_a_file_and_a_service(
     [request] = seen
     assert request.url.path == "/v1/tables"
     assert dict(request.url.params) == {"format": "json", "target": "cpu-twin"}
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_load_ops_from_a_live_service(tuned: tuple[str, Tiling], settings: Settings) -> None:
+    url, tiling = tuned
+    with live_server(make_settings(url)) as base:
+        _runs_exact(load_ops(base, settings=settings), tiling)
 
 
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
