@@ -23,7 +23,7 @@ import numpy as np
 from tilewise.errors import BackendError
 from tilewise.kernels.backends._cpu_twin import CpuTwinBackend
 
-#: twin_abi.h's TW_ABI_VERSION, which a variant must report.
+#: The TW_ABI_VERSION of twin_abi.h that the structs below mirror: a variant of another is refused.
 ABI_VERSION = 1
 #: Each workspace starts on its own page, as the runner maps them.
 _PAGE = 4096
@@ -44,25 +44,19 @@ class _TwHost(ctypes.Structure):
 
 
 class Variant:
-    """One built variant, loaded: its ``tw_run`` and the sizes it expects."""
+    """One built variant, loaded: its ``tw_run`` (which checks the GM count and the tiling
+    size it is given)."""
 
     def __init__(self, path: Path) -> None:
         try:
             lib = ctypes.CDLL(str(path))
-            abi, tiling_bytes, gm_args = lib.tw_abi_version, lib.tw_tiling_bytes, lib.tw_gm_args
-            self._run = lib.tw_run
+            abi, self._run = lib.tw_abi_version, lib.tw_run
         except (OSError, AttributeError) as exc:
             raise BackendError(f"cannot load the variant {path}: {exc}") from exc
-        abi.restype, tiling_bytes.restype, gm_args.restype = (
-            ctypes.c_int,
-            ctypes.c_uint32,
-            ctypes.c_int32,
-        )
+        abi.restype = ctypes.c_int
         if abi() != ABI_VERSION:
             raise BackendError(f"{path} has ABI version {abi()}, this code speaks {ABI_VERSION}")
         self.path = path
-        self.tiling_bytes = int(tiling_bytes())
-        self.gm_args = int(gm_args())
         self._run.restype = ctypes.c_char_p
         self._run.argtypes = [
             ctypes.POINTER(ctypes.c_void_p),
