@@ -39,6 +39,8 @@ def test_the_wheel_holds_one_top_level_package(wheel: Path) -> None:
         "tilewise/kernels/ops/linear_add_gelu/linear_add_gelu.cpp",
         "tilewise/kernels/twin/kernel_operator.h",
         "tilewise/kernels/twin/runner/runner.cpp",
+        "tilewise/kernels/twin/runner/host_pool.cpp",
+        "tilewise/kernels/twin/runner/thread_pool.h",
         "tilewise/kernels/backends/_ascend/templates/CMakeLists.txt.j2",
         "tilewise/api/templates/index.html",
         "tilewise/templates/tiling_table.h.j2",

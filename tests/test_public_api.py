@@ -18,8 +18,10 @@ PUBLIC = {
         "TilewiseError",
         "TilingTable",
         "__version__",
+        "load_ops",
     },
     "tilewise.runtime": {"Answer", "Source", "TilingTable"},
+    "tilewise.launch": {"Choice", "Ops", "load_ops"},
     "tilewise.kernels.ops": {
         "OPS",
         "Buffer",

@@ -9,9 +9,11 @@ The names a program that uses tuned tilings needs are here::
                               shape={"M": 1000, "N": 4096, "K": 1024})
     except tilewise.InputError as exc:  # an unknown op, dtype or target, a bad shape
         ...
+    ops = tilewise.load_ops(table)  # the tuned kernels, run in this process on numpy arrays
+    y = ops.linear_add_gelu(x, w, b)
 
 Every error tilewise raises is a :class:`TilewiseError`. ``import tilewise`` stays light: the
-runtime (numpy, the op specs) is imported when one of its names is first used.
+runtime and the launcher (numpy, the op specs) are imported when one of its names is first used.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from tilewise.errors import (
 
 if TYPE_CHECKING:
     from tilewise.export import TableFormatError
+    from tilewise.launch import load_ops
     from tilewise.runtime import Answer, TilingTable
 
 __version__ = "0.1.0"
@@ -44,12 +47,14 @@ __all__ = [
     "TilewiseError",
     "TilingTable",
     "__version__",
+    "load_ops",
 ]
 
 _LAZY = {
     "Answer": "tilewise.runtime",
     "TilingTable": "tilewise.runtime",
     "TableFormatError": "tilewise.export",
+    "load_ops": "tilewise.launch",
 }
 
 

@@ -33,7 +33,6 @@ from tilewise.types import Shape, Tiling
 log = logging.getLogger(__name__)
 
 TWIN_DIR = Path(__file__).resolve().parent.parent / "twin"
-RUNNER_SOURCE = TWIN_DIR / "runner" / "runner.cpp"
 
 
 def _digest(*parts: bytes | str) -> str:
@@ -44,9 +43,22 @@ def _digest(*parts: bytes | str) -> str:
     return h.hexdigest()
 
 
+def _runner_dir() -> Path:
+    """The host side of the twin: the runner and the pool library the launcher loads."""
+    return TWIN_DIR / "runner"
+
+
 def _twin_sources_digest() -> str:
-    files = sorted(p for p in TWIN_DIR.rglob("*") if p.suffix in {".h", ".hpp"})
+    """The headers a variant compiles against (the runner's own sources are not among them)."""
+    runner = _runner_dir()
+    files = sorted(
+        p for p in TWIN_DIR.rglob("*") if p.suffix in {".h", ".hpp"} and runner not in p.parents
+    )
     return _digest(*(p.read_bytes() for p in files))
+
+
+def _runner_sources_digest() -> str:
+    return _digest(*(p.read_bytes() for p in sorted(_runner_dir().iterdir()) if p.is_file()))
 
 
 def shim_source(spec: OpSpec) -> str:
@@ -213,30 +225,35 @@ class CpuTwinBackend(Backend):
             env=env,
         )
 
-    def _runner_binary(self) -> Path:
-        key = _digest(RUNNER_SOURCE.read_bytes(), _twin_sources_digest(), self.compiler.path)[:16]
-        binary = self.settings.cache_dir / "runner" / key / "runner"
+    def _host_tool(self, source: str, output: str, flags: list[str]) -> Path:
+        """Build the runner directory's ``source`` into ``output`` (cached per sources)."""
+        key = _digest(_runner_sources_digest(), _twin_sources_digest(), self.compiler.path)[:16]
+        binary = self.settings.cache_dir / "runner" / key / output
         if binary.exists():
             return binary
         binary.parent.mkdir(parents=True, exist_ok=True)
         tmp = binary.with_suffix(f".tmp{os.getpid()}")
         done = self._compile(
-            [
-                "-std=c++17",
-                "-O2",
-                "-pthread",
-                f"-I{TWIN_DIR}",
-                str(RUNNER_SOURCE),
-                "-o",
-                str(tmp),
-                "-ldl",
-            ],
+            ["-std=c++17", "-O2", "-pthread", str(_runner_dir() / source), "-o", str(tmp), *flags],
             binary.parent,
         )
         if done.returncode != 0:
-            raise BackendError(f"cannot build the twin runner: {done.stderr[-2000:]}")
+            raise BackendError(f"cannot build {source}: {done.stderr[-2000:]}")
         os.replace(tmp, binary)
         return binary
+
+    def _runner_binary(self) -> Path:
+        return self._host_tool("runner.cpp", "runner", ["-ldl"])
+
+    def host_pool_library(self) -> Path:
+        """The runner's thread pool as a shared library (``host_pool.cpp``), for launching
+        variants in the calling process."""
+        return self._host_tool("host_pool.cpp", "host_pool.so", ["-fPIC", "-shared"])
+
+    @property
+    def threads(self) -> int:
+        """Host threads a launch runs its blocks on."""
+        return self._threads
 
     # -- run ---------------------------------------------------------------------------------
     def _problem_for(self, spec: OpSpec, shape: Shape, dtype: str) -> Problem:

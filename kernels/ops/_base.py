@@ -202,6 +202,11 @@ class OpSpec(ABC):
     mix: ClassVar[bool] = False
     #: The tunables' names, once some workload's tunables were built (see _tunable_names).
     _names: frozenset[str] | None = None
+    #: How a caller passes the op's arrays (``tilewise.load_ops``): the numpy shape of each input
+    #: and output, keyed by GM argument name, as dims (or names :meth:`extents` adds).
+    layout: ClassVar[Mapping[str, tuple[str, ...]]]
+    #: Dims no array holds, which a caller passes by keyword (a convolution's stride and pad).
+    attributes: ClassVar[tuple[str, ...]] = ()
 
     # -- identity --------------------------------------------------------------------------
     @property
@@ -255,6 +260,66 @@ class OpSpec(ABC):
                     f"above the limit {max_elements}"
                 )
         return result
+
+    @cached_property
+    def roles(self) -> dict[str, str]:
+        """Each GM argument's role ("in", "out" or "workspace") by name, in call order."""
+        unit = Shape({d: 1 for d in self.dims})
+        return {arg.name: arg.role for arg in self.gm_args(unit, "float32")}
+
+    def extents(self, shape: Shape) -> Mapping[str, int]:
+        """The sizes :attr:`layout` names: the dims, and what an op derives from them."""
+        return shape
+
+    def array_shapes(self, shape: Shape) -> dict[str, tuple[int, ...]]:
+        """The numpy shape of each input and output at ``shape``, by GM argument name."""
+        sizes = self.extents(shape)
+        return {name: tuple(sizes[d] for d in dims) for name, dims in self.layout.items()}
+
+    def shape_of(
+        self, shapes: Mapping[str, tuple[int, ...]], attributes: Mapping[str, int]
+    ) -> Shape:
+        """The shape of a call, read from its inputs' numpy shapes (by GM argument name) and
+        the :attr:`attributes` given by keyword.
+
+        Raises:
+            InputError: an input of the wrong rank, two inputs that disagree on a dim, a
+                missing or unknown attribute, or a shape the op does not take; the message
+                names the argument.
+        """
+        sizes: dict[str, int] = {}
+        seen_in: dict[str, str] = {}
+        for name, role in self.roles.items():
+            if role != "in":
+                continue
+            dims, got = self.layout[name], tuple(shapes[name])
+            if len(got) != len(dims):
+                raise InputError(
+                    f"{self.name}: {name} must have {len(dims)} dimensions "
+                    f"({', '.join(dims)}), got shape {got}"
+                )
+            for axis, (dim, size) in enumerate(zip(dims, got, strict=True)):
+                if dim in sizes and sizes[dim] != size:
+                    raise InputError(
+                        f"{self.name}: {name} has {dim}={size} (axis {axis}), but "
+                        f"{seen_in[dim]} has {dim}={sizes[dim]}"
+                    )
+                sizes[dim], seen_in[dim] = size, name
+        unknown = sorted(set(attributes) - set(self.attributes))
+        if unknown:
+            takes = ", ".join(self.attributes) or "none"
+            raise InputError(
+                f"{self.name}: unknown keyword {', '.join(unknown)}; attributes: {takes}"
+            )
+        missing = [a for a in self.attributes if a not in attributes]
+        if missing:
+            raise InputError(f"{self.name}: missing keyword {', '.join(missing)}")
+        try:
+            return self.validate_shape({**sizes, **attributes})
+        except InputError as exc:
+            raise InputError(
+                f"{exc} (read from the shapes of {', '.join(dict.fromkeys(seen_in.values()))})"
+            ) from None
 
     def baselines(self) -> ModuleType:
         """The op's ``baselines`` module, beside its spec: ``numpy_baseline(shape, inputs,

@@ -81,6 +81,14 @@ class ConvBiasLeakyRelu(OpSpec):
     entry = "conv_bias_leakyrelu"
     tiling_type = "ConvBiasLeakyReluTiling"
     kernel_file = "conv_bias_leakyrelu.cpp"
+    #: The weight as torch holds it, [K, C, R, S] (the kernel reads it as [K, C·R·S]).
+    layout: ClassVar[Mapping[str, tuple[str, ...]]] = {
+        "x": ("N", "C", "H", "W"),
+        "w": ("K", "C", "R", "S"),
+        "bias": ("K",),
+        "out": ("N", "K", "OH", "OW"),
+    }
+    attributes = ("stride", "pad")
     mix = True
 
     def validate_shape(self, shape: Mapping[str, int], *, max_elements: int | None = None) -> Shape:
@@ -98,6 +106,10 @@ class ConvBiasLeakyRelu(OpSpec):
         return result
 
     # -- geometry ------------------------------------------------------------------------------
+    def extents(self, shape: Shape) -> Mapping[str, int]:
+        oh, ow = out_size(shape)
+        return {**shape, "OH": oh, "OW": ow}
+
     @staticmethod
     def _pixels(shape: Shape) -> int:
         oh, ow = out_size(shape)

@@ -10,6 +10,7 @@ two modes are one tunable.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import ClassVar
 
 import numpy as np
 
@@ -56,6 +57,12 @@ class LayerNormGelu(OpSpec):
     entry = "layernorm_gelu"
     tiling_type = "LayerNormGeluTiling"
     kernel_file = "layernorm_gelu.cpp"
+    layout: ClassVar[Mapping[str, tuple[str, ...]]] = {
+        "x": ("R", "H"),
+        "gamma": ("H",),
+        "beta": ("H",),
+        "out": ("R", "H"),
+    }
     compile_tunables = (
         Tunable("bufferNum", (1, 2), "queue depth: 2 = double buffering", True, "BUFFER_NUM"),
     )

@@ -10,6 +10,7 @@ iteration order) plus the epilogue's UB tile.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import ClassVar
 
 import numpy as np
 
@@ -48,6 +49,12 @@ class LinearAddGelu(OpSpec):
     entry = "linear_add_gelu"
     tiling_type = "LinearAddGeluTiling"
     kernel_file = "linear_add_gelu.cpp"
+    layout: ClassVar[Mapping[str, tuple[str, ...]]] = {
+        "x": ("M", "K"),
+        "w": ("K", "N"),
+        "bias": ("N",),
+        "out": ("M", "N"),
+    }
     mix = True
 
     def runtime_tunables(

@@ -7,6 +7,7 @@ vector integer ops, so the mask costs no global traffic and the reference is rep
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import ClassVar
 
 import numpy as np
 
@@ -84,6 +85,7 @@ class ScaleReluDropout(OpSpec):
     entry = "scale_relu_dropout"
     tiling_type = "ScaleReluDropoutTiling"
     kernel_file = "scale_relu_dropout.cpp"
+    layout: ClassVar[Mapping[str, tuple[str, ...]]] = {"x": ("N",), "y": ("N",)}
     compile_tunables = (
         Tunable("bufferNum", (1, 2), "queue depth: 2 = double buffering", True, "BUFFER_NUM"),
     )

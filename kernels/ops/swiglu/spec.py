@@ -8,6 +8,7 @@ queue depth (a build-time choice).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import ClassVar
 
 import numpy as np
 
@@ -50,6 +51,11 @@ class Swiglu(OpSpec):
     entry = "swiglu"
     tiling_type = "SwigluTiling"
     kernel_file = "swiglu.cpp"
+    layout: ClassVar[Mapping[str, tuple[str, ...]]] = {
+        "g": ("T", "I"),
+        "u": ("T", "I"),
+        "out": ("T", "I"),
+    }
     compile_tunables = (
         Tunable("bufferNum", (1, 2), "queue depth: 2 = double buffering", True, "BUFFER_NUM"),
     )

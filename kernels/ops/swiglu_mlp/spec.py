@@ -10,6 +10,7 @@ linear_add_gelu's. Tunables are linear_add_gelu's, one set for both matmuls.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import ClassVar
 
 import numpy as np
 
@@ -44,6 +45,12 @@ class SwigluMlp(OpSpec):
     entry = "swiglu_mlp"
     tiling_type = "SwigluMlpTiling"
     kernel_file = "swiglu_mlp.cpp"
+    layout: ClassVar[Mapping[str, tuple[str, ...]]] = {
+        "x": ("T", "H"),
+        "wg": ("H", "I"),
+        "wu": ("H", "I"),
+        "out": ("T", "I"),
+    }
     mix = True
 
     def runtime_tunables(

@@ -236,6 +236,42 @@ def test_struct_packs_four_bytes_per_field(spec) -> None:  # type: ignore[no-unt
     assert len({f.name for f in fields}) == len(fields)
 
 
+@pytest.mark.parametrize("op", sorted(SHAPES))
+def test_layout_reads_back_each_shape(op: str) -> None:
+    """The arrays a caller passes hold each GM argument's elements, and the shape read from
+    the inputs' numpy shapes (and the attributes) is the shape they were made for."""
+    spec = get_op(op)
+    assert [n for n, role in spec.roles.items() if role != "workspace"] == list(spec.layout)
+    for text in SHAPES[op]:
+        shape = spec.validate_shape(Shape.parse(text))
+        arrays = spec.array_shapes(shape)
+        for arg in spec.gm_args(shape, "float32"):
+            if arg.role != "workspace":
+                assert int(np.prod(arrays[arg.name])) == arg.elements, (text, arg.name)
+        inputs = {n: arrays[n] for n, role in spec.roles.items() if role == "in"}
+        assert spec.shape_of(inputs, {a: shape[a] for a in spec.attributes}) == shape
+
+
+def test_shape_of_names_the_argument_and_the_rule() -> None:
+    lag, conv = get_op("linear_add_gelu"), get_op("conv_bias_leakyrelu")
+    good = {"x": (4, 8), "w": (8, 16), "bias": (16,)}
+    with pytest.raises(InputError, match=r"x must have 2 dimensions \(M, K\), got shape \(32,\)"):
+        lag.shape_of({**good, "x": (32,)}, {})
+    with pytest.raises(InputError, match=r"w has K=9 \(axis 0\), but x has K=8"):
+        lag.shape_of({**good, "w": (9, 16)}, {})
+    with pytest.raises(
+        InputError, match=r"dim M must be positive, got 0 \(read from the shapes of x"
+    ):
+        lag.shape_of({**good, "x": (0, 8)}, {})
+    with pytest.raises(InputError, match="unknown keyword stride; attributes: none"):
+        lag.shape_of(good, {"stride": 1})
+    images = {"x": (1, 3, 7, 7), "w": (5, 3, 3, 3), "bias": (5,)}
+    with pytest.raises(InputError, match="missing keyword pad"):
+        conv.shape_of(images, {"stride": 1})
+    shape = conv.shape_of(images, {"stride": 2, "pad": 1})
+    assert conv.array_shapes(shape)["out"] == (1, 5, 4, 4)
+
+
 @pytest.mark.parametrize("spec", list_ops(), ids=lambda s: s.name)
 def test_fusion_saves_traffic(spec) -> None:  # type: ignore[no-untyped-def]
     for dims in itertools.islice(itertools.product((64, 1000), repeat=len(spec.dims)), 4):

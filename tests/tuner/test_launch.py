@@ -1,0 +1,341 @@
+"""tilewise.load_ops: the tuned kernels called on numpy arrays, launched in this process.
+
+Every output is compared with the op's numpy reference within its tolerance."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+
+import tilewise
+from tests.api._support import live_server, make_settings
+from tilewise import store as st
+from tilewise.errors import BackendError, InputError
+from tilewise.export import TableEntry, dump_document, table_document
+from tilewise.kernels.backends._cpu_twin import CpuTwinBackend
+from tilewise.kernels.ops import OpSpec, get_op, list_ops
+from tilewise.kernels.targets import get_target
+from tilewise.launch import Ops, load_ops
+from tilewise.launch._host import Host
+from tilewise.runtime import TilingTable
+from tilewise.settings import Settings, get_settings
+from tilewise.types import Shape, Tiling, Workload
+
+TWIN = get_target("cpu-twin")
+LAG = get_op("linear_add_gelu")
+ODD = Shape({"M": 37, "N": 96, "K": 80})
+ONE_ROW = Shape({"M": 1, "N": 96, "K": 80})
+
+
+@pytest.fixture(scope="module")
+def settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    """One build cache for the module: each variant compiles once."""
+    return Settings(cache_dir=tmp_path_factory.mktemp("cache"))
+
+
+def table_entry(spec: OpSpec, shape: Shape, dtype: str, tiling: Tiling) -> TableEntry:
+    return TableEntry(spec.name, spec.version, "cpu-twin", dtype, shape, tiling, 1.0, None, None, 1)
+
+
+def inputs_for(spec: OpSpec, shape: Shape, dtype: str, seed: int = 0) -> dict[str, np.ndarray]:
+    """The spec's inputs, shaped as a caller passes them (OpSpec.layout)."""
+    made = spec.make_inputs(shape, dtype, np.random.default_rng(seed))
+    shapes = spec.array_shapes(shape)
+    return {name: np.ascontiguousarray(value.reshape(shapes[name])) for name, value in made.items()}
+
+
+def assert_matches(spec: OpSpec, shape: Shape, dtype: str, inputs: Mapping[str, Any], got: Any):  # type: ignore[no-untyped-def]
+    [(name, want)] = spec.reference(inputs, shape, dtype).items()
+    rtol, atol = spec.tolerance(dtype, shape)
+    assert got.shape == spec.array_shapes(shape)[name] and got.dtype == want.dtype
+    got32, want32 = got.astype(np.float32).ravel(), want.astype(np.float32).ravel()
+    error = np.abs(got32 - want32)
+    bad = ~(error <= np.float32(atol) + np.float32(rtol) * np.abs(want32))  # NaN is bad
+    assert not bad.any(), f"{spec.name} {dtype} {dict(shape)}: {int(bad.sum())} wrong"
+
+
+def call(ops: Ops, spec: OpSpec, shape: Shape, dtype: str, **kw: Any) -> np.ndarray:
+    inputs = inputs_for(spec, shape, dtype)
+    attributes = {a: shape[a] for a in spec.attributes}
+    out: np.ndarray = getattr(ops, spec.name)(*inputs.values(), **attributes, **kw)
+    assert_matches(spec, shape, dtype, inputs, out)
+    return out
+
+
+def other_tiling(spec: OpSpec, shape: Shape, dtype: str) -> Tiling:
+    """A valid tiling that is not the default, differing in one field: a runtime one where
+    one can (no new build), else a compile-time one."""
+    default = spec.default_tiling(shape, dtype, TWIN)
+    for tunable in spec.tunables(shape, dtype, TWIN):
+        for value in tunable.values:
+            candidate = default.replace(**{tunable.name: value})
+            if value != default[tunable.name] and spec.valid(candidate, shape, dtype, TWIN):
+                return candidate
+    raise AssertionError(f"{spec.name} {dict(shape)}: no other valid tiling")
+
+
+def neighbour(spec: OpSpec, shape: Shape, dtype: str) -> TableEntry:
+    """An entry at another shape whose tiling also passes the checks at ``shape``."""
+    for dim in spec.dims:
+        for value in (shape[dim] + 1, shape[dim] * 2, shape[dim] - 1):
+            try:
+                near = spec.validate_shape({**shape, dim: value})
+            except InputError:
+                continue
+            tiling = spec.default_tiling(near, dtype, TWIN)
+            if near != shape and spec.valid(tiling, shape, dtype, TWIN):
+                return table_entry(spec, near, dtype, tiling)
+    raise AssertionError(f"{spec.name} {dict(shape)}: no neighbour's tiling fits")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("spec", list_ops(), ids=lambda s: s.name)
+def test_every_op_at_its_examples_exact_nearest_and_default(
+    spec: OpSpec, dtype: str, settings: Settings
+) -> None:
+    for shape in spec.example_shapes():
+        tiling = other_tiling(spec, shape, dtype)
+        near = neighbour(spec, shape, dtype)
+        for table, source, want in (
+            (TilingTable([table_entry(spec, shape, dtype, tiling)]), "exact", tiling),
+            (TilingTable([near]), "nearest", near.tiling),
+            (TilingTable([]), "default", spec.default_tiling(shape, dtype, TWIN)),
+        ):
+            ops = load_ops(table, settings=settings)
+            call(ops, spec, shape, dtype)
+            choice = ops.last_choice
+            assert choice is not None
+            assert (choice.op, choice.dtype, choice.shape) == (spec.name, dtype, shape)
+            assert (choice.source, choice.tiling) == (source, want)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("shape", [ODD, ONE_ROW], ids=str)
+def test_odd_shapes(shape: Shape, dtype: str, settings: Settings) -> None:
+    ops = load_ops(TilingTable([]), settings=settings)
+    call(ops, LAG, shape, dtype)
+    assert ops.last_choice is not None and ops.last_choice.shape == shape
+
+
+def test_an_entry_failing_the_checks_never_runs(settings: Settings) -> None:
+    default = LAG.default_tiling(ODD, "float32", TWIN)
+    broken = default.replace(baseM=256)  # in its domain, larger than the single-core block
+    assert not LAG.valid(broken, ODD, "float32", TWIN)
+    ops = load_ops(TilingTable([table_entry(LAG, ODD, "float32", broken)]), settings=settings)
+    call(ops, LAG, ODD, "float32")
+    assert ops.last_choice is not None
+    assert (ops.last_choice.source, ops.last_choice.tiling) == ("default", default)
+
+
+@pytest.fixture
+def no_launch(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("launched")
+
+    monkeypatch.setattr(Host, "launch", refuse)
+
+
+def _good() -> dict[str, np.ndarray]:
+    return inputs_for(LAG, ODD, "float32")
+
+
+def _bad_calls() -> Iterator[tuple[str, tuple[Any, ...], dict[str, Any], str]]:
+    g = _good()
+    x, w, b = g["x"], g["w"], g["bias"]
+    out = np.empty((37, 96), np.float32)
+    yield "list", (x.tolist(), w, b), {}, r"x must be a numpy array, got list"
+    yield "float64", (x.astype(np.float64), w, b), {}, r"x has dtype float64; supported"
+    yield "big-endian", (x.astype(">f4"), w, b), {}, r"x has dtype >f4; supported"
+    yield "mixed", (x, w.astype(np.float16), b), {}, r"w has dtype float16, but x has float32"
+    yield "strided", (x, np.asfortranarray(w), b), {}, r"w must be C-contiguous"
+    yield "rank", (x.reshape(-1), w, b), {}, r"x must have 2 dimensions \(M, K\)"
+    yield "dims", (x, w[:79], b), {}, r"w has K=79 \(axis 0\), but x has K=80"
+    yield "bias", (x, w, b[:95]), {}, r"bias has N=95 \(axis 0\), but w has N=96"
+    yield "empty", (x[:0], w, b), {}, r"dim M must be positive, got 0"
+    yield "too many", (x, w, b, b), {}, r"takes 3 arrays \(x, w, bias\), got 4"
+    yield "missing", (x, w), {}, r"missing input bias"
+    yield "twice", (x, w, b), {"w": w}, r"w given twice"
+    yield "keyword", (x, w, b), {"stride": 1}, r"unknown keyword stride"
+    yield "out shape", (x, w, b), {"out": out[:36]}, r"out \(out\) must be a float32 array"
+    yield "out dtype", (x, w, b), {"out": np.empty((37, 96), np.float16)}, r"of shape \(37, 96\)"
+    yield "out strided", (x, w, b), {"out": np.empty((96, 37), np.float32).T}, "C-contiguous"
+    readonly = out.copy()
+    readonly.flags.writeable = False
+    yield "out read-only", (x, w, b), {"out": readonly}, r"out \(out\) is read-only"
+    shared = np.empty(37 * 96 + 37 * 80, np.float32)
+    xs = shared[: 37 * 80].reshape(37, 80)
+    xs[...] = x
+    yield "out overlaps", (xs, w, b), {"out": shared[37 * 80 - 1 : -1].reshape(37, 96)}, "overlaps"
+
+
+BAD = list(_bad_calls())
+
+
+@pytest.mark.usefixtures("no_launch")
+@pytest.mark.parametrize(
+    ("args", "kwargs", "message"), [c[1:] for c in BAD], ids=[c[0] for c in BAD]
+)
+def test_bad_inputs_are_refused_before_any_launch(
+    args: tuple[Any, ...], kwargs: dict[str, Any], message: str, settings: Settings
+) -> None:
+    ops = load_ops(TilingTable([]), settings=settings)
+    with pytest.raises(InputError, match=message):
+        ops.linear_add_gelu(*args, **kwargs)
+    assert ops.last_choice is None
+
+
+def test_unknown_op_and_conv_attributes(settings: Settings) -> None:
+    ops = load_ops(TilingTable([]), settings=settings)
+    with pytest.raises(AttributeError, match="no op 'matmul'"):
+        ops.matmul  # noqa: B018
+    assert {s.name for s in list_ops()} <= set(dir(ops))
+    conv = get_op("conv_bias_leakyrelu")
+    g = inputs_for(conv, conv.example_shapes()[0], "float32")
+    with pytest.raises(InputError, match="missing keyword pad"):
+        ops.conv_bias_leakyrelu(*g.values(), stride=2)
+
+
+def test_out_is_written_in_place(settings: Settings) -> None:
+    ops = load_ops(TilingTable([]), settings=settings)
+    g = _good()
+    out = np.full((37, 96), np.nan, np.float32)
+    address = out.ctypes.data
+    for _ in range(3):
+        got = ops.linear_add_gelu(g["x"], g["w"], bias=g["bias"], out=out)
+        assert got is out and out.ctypes.data == address
+    assert_matches(LAG, ODD, "float32", g, out)
+
+
+def test_variants_come_from_the_tuners_build_cache(settings: Settings) -> None:
+    ops = load_ops(TilingTable([]), settings=settings)
+    call(ops, LAG, ODD, "float32")
+    assert ops.last_choice is not None
+    defines = LAG.compile_key(ops.last_choice.tiling, "float32")
+    assert CpuTwinBackend(settings).build(LAG, defines).cached
+
+
+def test_a_kernel_error_is_a_backend_error(settings: Settings) -> None:
+    ops = load_ops(TilingTable([]), settings=settings)
+    g = _good()
+    out = ops.linear_add_gelu(*g.values())
+    plan = ops._plan(LAG, "float32", g, {})
+    host = ops._shared_host()
+    with pytest.raises(BackendError, match="n_gm is 4, the kernel expects 5"):
+        host.launch(plan.variant, [a.ctypes.data for a in (*g.values(), out)], {}, plan.packed,
+                    plan.block_dim, plan.limits)  # fmt: skip
+    assert host.threads == CpuTwinBackend(settings).threads
+
+
+def test_two_threads_get_their_own_answers_and_choices(settings: Settings) -> None:
+    ops = load_ops(TilingTable([]), settings=settings)
+    errors: list[BaseException] = []
+
+    def work(shape: Shape, dtype: str) -> None:
+        try:
+            for _ in range(20):
+                call(ops, LAG, shape, dtype)
+                assert ops.last_choice is not None and ops.last_choice.shape == shape
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+
+    threads = [
+        threading.Thread(target=work, args=(ODD, "float32")),
+        threading.Thread(target=work, args=(ONE_ROW, "float16")),
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert ops.last_choice is None  # this thread called nothing
+
+
+# ---------------------------------------------------------------------------------------------
+# Where the table comes from
+
+
+@pytest.fixture
+def tuned(db_url: str) -> Iterator[tuple[str, Tiling]]:
+    """A database with one linear_add_gelu entry at ODD (a tiling other than the default)."""
+    tiling = other_tiling(LAG, ODD, "float32")
+    store = st.open_store(db_url)
+    try:
+        with store.session() as session:
+            row = st.commit_workload(
+                session, Workload(LAG.name, LAG.version, "cpu-twin", "float32", ODD)
+            )
+            record = st.add_record(session, workload_id=row.id, tiling=tiling, status="ok",
+                                   latency_us=5.0, source="search", env={"host": "test"})  # fmt: skip
+            st.upsert_tiling(session, workload_id=row.id, record_id=record.id, tiling=tiling,
+                             latency_us=5.0, default_latency_us=9.0, speedup=1.8, evaluations=3)  # fmt: skip
+    finally:
+        store.close()
+    yield db_url, tiling
+
+
+def _document(url: str) -> str:
+    store = st.open_store(url, create=False)
+    try:
+        with store.session() as session:
+            return dump_document(table_document(session))
+    finally:
+        store.close()
+
+
+def _runs_exact(ops: Ops, tiling: Tiling) -> None:
+    call(ops, LAG, ODD, "float32")
+    assert ops.last_choice is not None
+    assert (ops.last_choice.source, ops.last_choice.tiling) == ("exact", tiling)
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_load_ops_from_a_database_url_a_file_and_a_service(
+    tuned: tuple[str, Tiling], settings: Settings, tmp_path: Path
+) -> None:
+    url, tiling = tuned
+    _runs_exact(load_ops(url, settings=settings), tiling)
+
+    path = tmp_path / "tilings.json"
+    path.write_text(_document(url))
+    _runs_exact(load_ops(path, settings=settings), tiling)
+    _runs_exact(load_ops(str(path), settings=settings), tiling)
+
+    seen: list[httpx.Request] = []
+
+    def serve(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, text=path.read_text())
+
+    ops = load_ops("http://tw.example/", settings=settings, transport=httpx.MockTransport(serve))
+    _runs_exact(ops, tiling)
+    [request] = seen
+    assert request.url.path == "/v1/tables"
+    assert dict(request.url.params) == {"format": "json", "target": "cpu-twin"}
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_load_ops_from_a_live_service(tuned: tuple[str, Tiling], settings: Settings) -> None:
+    url, tiling = tuned
+    with live_server(make_settings(url)) as base:
+        _runs_exact(load_ops(base, settings=settings), tiling)
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_load_ops_defaults_to_the_settings_database(
+    tuned: tuple[str, Tiling], settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url, tiling = tuned
+    monkeypatch.setenv("TILEWISE_DB_URL", url)
+    monkeypatch.setenv("TILEWISE_CACHE_DIR", str(settings.cache_dir))
+    get_settings.cache_clear()
+    try:
+        _runs_exact(tilewise.load_ops(), tiling)
+    finally:
+        get_settings.cache_clear()
