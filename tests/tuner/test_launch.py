@@ -51,19 +51,23 @@ def inputs_for(spec: OpSpec, shape: Shape, dtype: str, seed: int = 0) -> dict[st
 
 
 def assert_matches(spec: OpSpec, shape: Shape, dtype: str, inputs: Mapping[str, Any], got: Any):  # type: ignore[no-untyped-def]
-    [(name, want)] = spec.reference(inputs, shape, dtype).items()
+    """``got`` (the op's output, or the tuple of its outputs) against the reference."""
+    wanted = spec.reference(inputs, shape, dtype)
+    outputs = got if isinstance(got, tuple) else (got,)
+    assert len(outputs) == len(wanted), (len(outputs), list(wanted))
     rtol, atol = spec.tolerance(dtype, shape)
-    assert got.shape == spec.array_shapes(shape)[name] and got.dtype == want.dtype
-    got32, want32 = got.astype(np.float32).ravel(), want.astype(np.float32).ravel()
-    error = np.abs(got32 - want32)
-    bad = ~(error <= np.float32(atol) + np.float32(rtol) * np.abs(want32))  # NaN is bad
-    assert not bad.any(), f"{spec.name} {dtype} {dict(shape)}: {int(bad.sum())} wrong"
+    for (name, want), out in zip(wanted.items(), outputs, strict=True):
+        assert out.shape == spec.array_shapes(shape)[name] and out.dtype == want.dtype, name
+        got32, want32 = out.astype(np.float32).ravel(), want.astype(np.float32).ravel()
+        error = np.abs(got32 - want32)
+        bad = ~(error <= np.float32(atol) + np.float32(rtol) * np.abs(want32))  # NaN is bad
+        assert not bad.any(), f"{spec.name} {dtype} {dict(shape)} {name}: {int(bad.sum())} wrong"
 
 
-def call(ops: Ops, spec: OpSpec, shape: Shape, dtype: str, **kw: Any) -> np.ndarray:
+def call(ops: Ops, spec: OpSpec, shape: Shape, dtype: str, **kw: Any) -> Any:
     inputs = inputs_for(spec, shape, dtype)
     attributes = {a: shape[a] for a in spec.attributes}
-    out: np.ndarray = getattr(ops, spec.name)(*inputs.values(), **attributes, **kw)
+    out: Any = getattr(ops, spec.name)(*inputs.values(), **attributes, **kw)
     assert_matches(spec, shape, dtype, inputs, out)
     return out
 
@@ -211,6 +215,22 @@ def test_out_is_written_in_place(settings: Settings) -> None:
         got = ops.linear_add_gelu(g["x"], g["w"], bias=g["bias"], out=out)
         assert got is out and out.ctypes.data == address
     assert_matches(LAG, ODD, "float32", g, out)
+
+
+def test_an_op_with_two_outputs_returns_and_takes_a_tuple(settings: Settings) -> None:
+    grad = get_op("swiglu_grad")
+    shape = grad.example_shapes()[-1]
+    ops = load_ops(TilingTable([]), settings=settings)
+    inputs = inputs_for(grad, shape, "float32")
+    dg, du = call(ops, grad, shape, "float32")
+    out = (np.empty_like(dg), np.empty_like(du))
+    got = ops.swiglu_grad(*inputs.values(), out=out)
+    assert got[0] is out[0] and got[1] is out[1]
+    assert_matches(grad, shape, "float32", inputs, got)
+    with pytest.raises(InputError, match=r"out must be a tuple of 2 arrays \(dg, du\), got 1"):
+        ops.swiglu_grad(*inputs.values(), out=out[0])
+    with pytest.raises(InputError, match=r"out \(du\) overlaps the input dg"):
+        ops.swiglu_grad(*inputs.values(), out=(out[0], out[0]))
 
 
 def test_variants_come_from_the_tuners_build_cache(settings: Settings) -> None:

@@ -25,6 +25,8 @@ _log = logging.getLogger(__name__)
 TARGET = "cpu-twin"
 #: Plans (tiling checked, struct packed, variant loaded) kept per Ops: the most recent ones.
 PLAN_CACHE = 4096
+#: What an op returns (and takes as ``out``): its output, or a tuple of its outputs.
+Result = np.ndarray | tuple[np.ndarray, ...]
 #: The dtype name of each numpy dtype a kernel takes (native byte order only).
 _DTYPES = {np.dtype(t): name for name, t in NUMPY_DTYPES.items()}
 
@@ -46,8 +48,7 @@ class _Plan:
     """Everything a launch of one (op, dtype, shape, tiling) needs besides the arrays."""
 
     choice: Choice
-    output: str  # the output's GM argument name
-    out_shape: tuple[int, ...]
+    outputs: dict[str, tuple[int, ...]]  # each output's GM argument name and numpy shape
     variant: Variant
     packed: bytes
     block_dim: int
@@ -63,7 +64,9 @@ class Ops:
     array holds, such as a convolution's ``stride`` and ``pad``, by keyword), asks the table
     for the tiling (target ``cpu-twin``), builds the variant once (the cpu-twin backend's
     cached build, shared with the tuner) and launches it in this process. The output is
-    written into ``out`` when given (checked like the inputs), else into a new array.
+    written into ``out`` when given (checked like the inputs), else into a new array; an op
+    with several outputs (``swiglu_grad``: dg, du) returns them as a tuple in GM order and
+    takes ``out`` as such a tuple.
 
     Thread-safe: launches of every :class:`Ops` in the process are serialised by one lock (the
     host's thread pool runs one launch at a time, on every core); :attr:`last_choice` is per
@@ -86,12 +89,12 @@ class Ops:
         choice: Choice | None = getattr(self._local, "choice", None)
         return choice
 
-    def __getattr__(self, name: str) -> Callable[..., np.ndarray]:
+    def __getattr__(self, name: str) -> Callable[..., Result]:
         if name not in OPS:
             raise AttributeError(f"{type(self).__name__!r} has no op {name!r}")
         spec = get_op(name)
 
-        def op(*arrays: Any, out: np.ndarray | None = None, **named: Any) -> np.ndarray:
+        def op(*arrays: Any, out: Result | None = None, **named: Any) -> Result:
             return self.call(name, *arrays, out=out, **named)
 
         op.__name__ = op.__qualname__ = name
@@ -104,9 +107,7 @@ class Ops:
     def __dir__(self) -> list[str]:
         return sorted({*super().__dir__(), *OPS})
 
-    def call(
-        self, op: str, *arrays: Any, out: np.ndarray | None = None, **named: Any
-    ) -> np.ndarray:
+    def call(self, op: str, *arrays: Any, out: Result | None = None, **named: Any) -> Result:
         """``ops.<op>(...)``: run ``op`` on ``arrays``; see the class docstring.
 
         Raises:
@@ -117,19 +118,18 @@ class Ops:
         inputs, attributes = _bind(spec, arrays, named)
         dtype = _check_inputs(spec, inputs)
         plan = self._plan(spec, dtype, inputs, attributes)
-        if out is None:
-            out = np.empty(plan.out_shape, NUMPY_DTYPES[dtype])
-        else:
-            _check_out(spec, plan.output, out, plan.out_shape, dtype, inputs)
+        outputs = _outputs(spec, plan.outputs, out, dtype, inputs)
+        bound = {**inputs, **outputs}
         gm = [
-            None if role == "workspace" else (out if role == "out" else inputs[name]).ctypes.data
+            None if role == "workspace" else bound[name].ctypes.data
             for name, role in spec.roles.items()
         ]
         self._shared_host().launch(
             plan.variant, gm, plan.workspace, plan.packed, plan.block_dim, plan.limits
         )
         self._local.choice = plan.choice
-        return out
+        results = tuple(outputs.values())
+        return results[0] if len(results) == 1 else results
 
     def _shared_host(self) -> Host:
         if self._host is None:
@@ -181,11 +181,10 @@ class Ops:
         packed = spec.pack_tiling(tiling, shape, dtype, target)
         limits = target.limits(mix=spec.mix)
         args = spec.gm_args(shape, dtype)
-        [output] = (a.name for a in args if a.role == "out")
+        shapes = spec.array_shapes(shape)
         return _Plan(
             choice=Choice(spec.name, dtype, shape, tiling, source),
-            output=output,
-            out_shape=spec.array_shapes(shape)[output],
+            outputs={a.name: shapes[a.name] for a in args if a.role == "out"},
             variant=variant,
             packed=packed,
             block_dim=spec.block_dim(tiling, shape, dtype, target),
@@ -261,6 +260,31 @@ def _check_inputs(spec: OpSpec, inputs: Mapping[str, Any]) -> str:
                 "every array of a call has the same dtype"
             )
     return dtype
+
+
+def _outputs(
+    spec: OpSpec,
+    shapes: Mapping[str, tuple[int, ...]],
+    out: Result | None,
+    dtype: str,
+    inputs: Mapping[str, np.ndarray],
+) -> dict[str, np.ndarray]:
+    """Each output's array by GM name: ``out``'s, checked, or new ones."""
+    if out is None:
+        return {name: np.empty(shape, NUMPY_DTYPES[dtype]) for name, shape in shapes.items()}
+    given = out if isinstance(out, tuple) else (out,)
+    if len(given) != len(shapes):
+        raise InputError(
+            f"{spec.name}: out must be {'a tuple of ' if len(shapes) > 1 else ''}"
+            f"{len(shapes)} array{'s' if len(shapes) > 1 else ''} ({', '.join(shapes)}), "
+            f"got {len(given)}"
+        )
+    arrays = dict(zip(shapes, given, strict=True))
+    for i, (name, array) in enumerate(arrays.items()):
+        # Another output counts as an input here: two outputs must not overlap either.
+        others = {**inputs, **dict(list(arrays.items())[:i])}
+        _check_out(spec, name, array, shapes[name], dtype, others)
+    return arrays
 
 
 def _check_out(

@@ -10,6 +10,7 @@ arguments, the arithmetic and its cost.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import ClassVar
 
 import numpy as np
 
@@ -49,6 +50,13 @@ def swiglu_grads(dout: np.ndarray, g: np.ndarray, u: np.ndarray) -> tuple[np.nda
 class SwigluGrad(Swiglu):
     name = "swiglu_grad"
     summary = "dg, du of out = silu(g) * u from dout, g, u [T, I]; one pass, no scratch buffer"
+    layout: ClassVar[Mapping[str, tuple[str, ...]]] = {
+        "dout": ("T", "I"),
+        "g": ("T", "I"),
+        "u": ("T", "I"),
+        "dg": ("T", "I"),
+        "du": ("T", "I"),
+    }
     entry = "swiglu_grad"
     tiling_type = "SwigluGradTiling"
     kernel_file = "swiglu_grad.cpp"
