@@ -1,0 +1,238 @@
+"""tilewise.torch: the tuned kernels as ``torch.ops.tilewise`` ops on CPU tensors.
+
+Every output is compared with the op's numpy reference within its tolerance; leading batch
+dims, fake tensors, opcheck, and bad inputs."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="needs PyTorch (the torch extra)")
+
+import tilewise.torch  # noqa: E402 - registers torch.ops.tilewise after torch is known present
+from tilewise.errors import InputError  # noqa: E402
+from tilewise.kernels.ops import OPS, OpSpec, get_op, list_ops  # noqa: E402
+from tilewise.launch import Ops  # noqa: E402
+from tilewise.runtime import TilingTable  # noqa: E402
+from tilewise.settings import Settings  # noqa: E402
+from tilewise.torch import ROW_DIMS  # noqa: E402
+from tilewise.types import Shape  # noqa: E402
+
+TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16}
+
+
+@pytest.fixture(scope="module")
+def ops(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ops]:
+    """The torch ops over an empty table (default tilings), one build cache for the module."""
+    yield tilewise.torch.use_table(
+        TilingTable([]), settings=Settings(cache_dir=tmp_path_factory.mktemp("cache"))
+    )
+
+
+def batched(spec: OpSpec, shape: Shape) -> tuple[Shape, tuple[int, ...]]:
+    """``shape`` with its row dim doubled, and the leading dims that fold into it (2, rows);
+    an op that folds none keeps its shape and has no leading dims."""
+    row = ROW_DIMS[spec.name]
+    if row is None:
+        return shape, ()
+    return spec.validate_shape({**shape, row: 2 * shape[row]}), (2, shape[row])
+
+
+def tensors_for(
+    spec: OpSpec, shape: Shape, dtype: str, lead: tuple[int, ...] = (), seed: int = 0
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """The spec's inputs at ``shape`` as numpy arrays in its layout, and as tensors (sharing
+    their memory) with the row dim of each folding input split into ``lead``."""
+    made = spec.make_inputs(shape, dtype, np.random.default_rng(seed))
+    layout = spec.array_shapes(shape)
+    arrays = {n: np.ascontiguousarray(a.reshape(layout[n])) for n, a in made.items()}
+    tensors = {
+        n: torch.from_numpy(a).reshape(split(spec, n, a.shape, lead)) for n, a in arrays.items()
+    }
+    return arrays, tensors
+
+
+def split(
+    spec: OpSpec, name: str, shape: tuple[int, ...], lead: tuple[int, ...]
+) -> tuple[int, ...]:
+    if lead and spec.layout[name][0] == ROW_DIMS[spec.name]:
+        return (*lead, *shape[1:])
+    return shape
+
+
+def attributes(spec: OpSpec, shape: Shape) -> dict[str, int]:
+    return {a: shape[a] for a in spec.attributes}
+
+
+def assert_close(
+    spec: OpSpec, shape: Shape, dtype: str, wanted: Any, got: Any, lead: tuple[int, ...]
+) -> None:
+    """``got`` (an output tensor or a tuple of them) against the reference outputs ``wanted``."""
+    outputs = got if isinstance(got, tuple) else (got,)
+    assert len(outputs) == len(wanted)
+    rtol, atol = spec.tolerance(dtype, shape)
+    for (name, want), out in zip(wanted.items(), outputs, strict=True):
+        assert out.dtype == TORCH_DTYPES[dtype], name
+        assert tuple(out.shape) == split(spec, name, want.shape, lead), name
+        got32 = out.numpy().astype(np.float32).ravel()
+        want32 = want.astype(np.float32).ravel()
+        bad = ~(np.abs(got32 - want32) <= atol + rtol * np.abs(want32))  # NaN is bad
+        assert not bad.any(), f"{spec.name} {dtype} {dict(shape)} {name}: {int(bad.sum())} wrong"
+
+
+def run(spec: OpSpec, tensors: dict[str, Any], shape: Shape) -> Any:
+    op = getattr(torch.ops.tilewise, spec.name)
+    return op(*tensors.values(), **attributes(spec, shape))
+
+
+def cases(dtypes: tuple[str, ...] = ("float32",)) -> list[Any]:
+    return [
+        pytest.param(spec, Shape.parse(text), dtype, id=f"{spec.name}-{dtype}-{text}")
+        for spec in list_ops()
+        for text in spec.examples
+        for dtype in dtypes
+    ]
+
+
+def test_every_op_is_registered_and_declares_its_batch_dims() -> None:
+    assert set(ROW_DIMS) == set(OPS)
+    for spec in list_ops():
+        assert hasattr(torch.ops.tilewise, spec.name)
+        row = ROW_DIMS[spec.name]
+        assert row is None or row in spec.dims
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("spec", "example", "dtype"), cases())
+def test_forward_matches_the_reference_with_batch_dims(
+    ops: Ops, spec: OpSpec, example: Shape, dtype: str
+) -> None:
+    shape, lead = batched(spec, example)
+    arrays, tensors = tensors_for(spec, shape, dtype, lead)
+    got = run(spec, tensors, shape)
+    assert_close(spec, shape, dtype, spec.reference(arrays, shape, dtype), got, lead)
+    assert ops.last_choice is not None and ops.last_choice.shape == shape
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("spec", list_ops(), ids=lambda s: s.name)
+def test_float16_forward(ops: Ops, spec: OpSpec) -> None:
+    shape = spec.example_shapes()[-1]
+    arrays, tensors = tensors_for(spec, shape, "float16")
+    got = run(spec, tensors, shape)
+    assert_close(spec, shape, "float16", spec.reference(arrays, shape, "float16"), got, ())
+
+
+def test_scale_relu_dropout_takes_any_shape_as_a_flat_vector(ops: Ops) -> None:
+    spec = get_op("scale_relu_dropout")
+    x = torch.randn(3, 5, 7)
+    y = torch.ops.tilewise.scale_relu_dropout(x)
+    want = spec.reference({"x": x.numpy().ravel()}, Shape({"N": 105}), "float32")["y"]
+    assert y.shape == x.shape
+    np.testing.assert_array_equal(y.numpy().ravel(), want)
+
+
+def test_an_input_that_is_not_contiguous_is_copied_to_one(ops: Ops) -> None:
+    g, u = torch.randn(17, 6).t(), torch.randn(6, 17)
+    assert not g.is_contiguous()
+    want = torch.nn.functional.silu(g) * u
+    torch.testing.assert_close(torch.ops.tilewise.swiglu(g, u), want, rtol=1e-5, atol=1e-5)
+
+
+def test_outputs_are_new_tensors_and_inputs_are_not_copied(
+    ops: Ops, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    g, u = torch.randn(2, 3, 16), torch.randn(2, 3, 16)
+    seen: list[int] = []
+    call = ops.call
+
+    def spy(op: str, *arrays: np.ndarray, **kw: Any) -> Any:
+        seen.extend(a.ctypes.data for a in arrays)
+        return call(op, *arrays, **kw)
+
+    monkeypatch.setattr(ops, "call", spy)
+    out = torch.ops.tilewise.swiglu(g, u)
+    assert seen == [g.data_ptr(), u.data_ptr()]
+    assert out.data_ptr() not in seen
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            (torch.randn(3, 16, dtype=torch.float64), torch.randn(3, 16)),
+            "g has dtype torch.float64",
+        ),
+        (
+            (torch.randn(3, 16), torch.randn(3, 16, dtype=torch.bfloat16)),
+            "u has dtype torch.bfloat16",
+        ),
+        ((torch.randn(3, 16), torch.randn(3, 16).half()), "u has dtype torch.float16, but g"),
+        ((torch.randn(3, 16), torch.randn(3, 16, device="meta")), "u is on meta"),
+        ((torch.randn(2, 3, 16), torch.randn(6, 16)), "u has leading dims (6,), but g has (2, 3)"),
+        ((torch.randn(3, 16), torch.randn(3, 17)), "u has I=17"),
+    ],
+    ids=["float64", "bfloat16", "mixed", "meta", "batch", "shape"],
+)
+def test_bad_input_is_an_input_error_naming_it_before_any_launch(
+    ops: Ops, monkeypatch: pytest.MonkeyPatch, args: tuple[Any, ...], message: str
+) -> None:
+    launched: list[str] = []
+    monkeypatch.setattr(type(ops._shared_host()), "launch", lambda *a, **k: launched.append("x"))
+    with pytest.raises(InputError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        torch.ops.tilewise.swiglu(*args)
+    assert launched == []
+
+
+def test_bad_weight_and_missing_attribute_are_input_errors(ops: Ops) -> None:
+    x, w, b = torch.randn(2, 4, 8), torch.randn(9, 16), torch.randn(16)
+    with pytest.raises(InputError, match="w has K=9"):
+        torch.ops.tilewise.linear_add_gelu(x, w, b)
+    img = torch.randn(1, 3, 7, 7)
+    with pytest.raises(InputError, match="output size"):
+        torch.ops.tilewise.conv_bias_leakyrelu(
+            img, torch.randn(5, 3, 9, 9), torch.randn(5), stride=1, pad=0
+        )
+
+
+@pytest.mark.parametrize("spec", list_ops(), ids=lambda s: s.name)
+def test_fake_tensors_get_the_output_shapes_without_a_launch(spec: OpSpec) -> None:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    shape, lead = batched(spec, spec.example_shapes()[-1])
+    arrays, tensors = tensors_for(spec, shape, "float16", lead)
+    wanted = spec.reference(arrays, shape, "float16")
+    with FakeTensorMode() as mode:
+        fakes = {n: mode.from_tensor(t) for n, t in tensors.items()}
+        got = run(spec, fakes, shape)
+    outputs = got if isinstance(got, tuple) else (got,)
+    assert [tuple(o.shape) for o in outputs] == [
+        split(spec, n, w.shape, lead) for n, w in wanted.items()
+    ]
+    assert all(o.dtype == torch.float16 for o in outputs)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("spec", list_ops(), ids=lambda s: s.name)
+def test_opcheck(ops: Ops, spec: OpSpec) -> None:
+    # Every default test_util applies: scale_relu_dropout's mask is a hash of a fixed seed and
+    # the element index, so it is as deterministic as the other ops.
+    shape, lead = batched(spec, spec.example_shapes()[0])
+    _, tensors = tensors_for(spec, shape, "float32", lead)
+    op = getattr(torch.ops.tilewise, spec.name).default
+    result = torch.library.opcheck(op, tuple(tensors.values()), attributes(spec, shape))
+    assert set(result.values()) == {"SUCCESS"}, result
+
+
+def test_import_tilewise_does_not_import_torch() -> None:
+    code = "import sys, tilewise; tilewise.load_ops; print('torch' in sys.modules)"
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert done.stdout.strip() == "False", done.stdout + done.stderr

@@ -1,0 +1,27 @@
+"""The tuned kernels as PyTorch operators, run in this process on CPU tensors::
+
+    import torch
+    import tilewise.torch  # registers torch.ops.tilewise.<op> for every op
+
+    tilewise.torch.use_table("tilings.json")  # optional: the settings' database by default
+    y = torch.ops.tilewise.linear_add_gelu(x, w, b)   # x [..., K]: leading dims fold into M
+    y.sum().backward()                                 # autograd through the torch formulas
+
+Each call goes through one shared :class:`tilewise.launch.Ops` (see :func:`use_table`): the
+tiling of the shape from the table, the kernel launched in process on the tensors' memory.
+Float32 and float16 CPU tensors only; a tensor that breaks a rule raises
+:class:`tilewise.InputError` naming it before anything runs. Ops that work row by row take
+leading batch dims (:data:`ROW_DIMS`). Every op has a fake implementation (``torch.compile``
+with ``fullgraph=True``, ``torch.export``) and the differentiable ones a backward: swiglu's is
+the fused ``swiglu_grad`` kernel, the others are their reference formulas in torch.
+
+PyTorch is the ``torch`` extra: ``import tilewise`` does not import it, this module does.
+"""
+
+from __future__ import annotations
+
+from tilewise.torch._ops import OPERATORS
+from tilewise.torch._rows import ROW_DIMS
+from tilewise.torch._shared import current_ops, use_table
+
+__all__ = ["OPERATORS", "ROW_DIMS", "current_ops", "use_table"]

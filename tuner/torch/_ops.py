@@ -1,0 +1,151 @@
+"""``torch.ops.tilewise.<op>``: every op of :func:`tilewise.kernels.ops.list_ops` as a
+``torch.library`` custom op, with a fake implementation for tracing.
+
+The schema comes from the spec: its inputs in GM order as tensors, its :attr:`~OpSpec.attributes`
+as keyword-only ints, one tensor or a tuple of them out. The CPU implementation hands the
+tensors to :meth:`tilewise.launch.Ops.call` as numpy arrays sharing their memory (a tensor that
+is not contiguous is copied to one that is) and returns the arrays the launch wrote as tensors.
+The fake implementation computes the outputs' shapes from :attr:`OpSpec.layout`, so that
+``torch.compile`` and ``torch.export`` trace through the ops without running them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, cast
+
+import torch
+from torch._library.custom_ops import CustomOpDef
+
+from tilewise.errors import InputError
+from tilewise.kernels.ops import OpSpec, list_ops
+from tilewise.torch._rows import Size, fold, unfold
+from tilewise.torch._shared import current_ops
+from tilewise.types import Shape
+
+#: The kernels' dtypes as torch names them.
+DTYPES: Mapping[torch.dtype, str] = {torch.float32: "float32", torch.float16: "float16"}
+#: The library namespace: ``torch.ops.tilewise``.
+NAMESPACE = "tilewise"
+
+Result = torch.Tensor | tuple[torch.Tensor, ...]
+
+
+def _names(spec: OpSpec, role: str) -> list[str]:
+    return [name for name, r in spec.roles.items() if r == role]
+
+
+def schema(spec: OpSpec) -> str:
+    """The op's schema, e.g. ``(Tensor x, Tensor w, Tensor bias, *, int stride, int pad) ->
+    Tensor``."""
+    arguments = [f"Tensor {name}" for name in _names(spec, "in")]
+    if spec.attributes:
+        arguments += ["*", *(f"int {name}" for name in spec.attributes)]
+    outputs = len(_names(spec, "out"))
+    returns = "Tensor" if outputs == 1 else f"({', '.join(['Tensor'] * outputs)})"
+    return f"({', '.join(arguments)}) -> {returns}"
+
+
+def _bind(spec: OpSpec, tensors: Sequence[torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The inputs by GM name, checked: on the CPU, one supported dtype for all.
+
+    Raises:
+        InputError: naming the first tensor that breaks a rule.
+    """
+    named = dict(zip(_names(spec, "in"), tensors, strict=True))
+    supported = [t for t, name in DTYPES.items() if name in spec.dtypes]
+    first = ""
+    for name, tensor in named.items():
+        if tensor.device.type != "cpu":
+            raise InputError(
+                f"{spec.name}: {name} is on {tensor.device}; the kernels run on CPU tensors"
+            )
+        if tensor.dtype not in supported:
+            raise InputError(
+                f"{spec.name}: {name} has dtype {tensor.dtype}; supported: "
+                f"{', '.join(map(str, supported))}"
+            )
+        if not first:
+            first = name
+        elif tensor.dtype != named[first].dtype:
+            raise InputError(
+                f"{spec.name}: {name} has dtype {tensor.dtype}, but {first} has "
+                f"{named[first].dtype}: every tensor of a call has the same dtype"
+            )
+    return named
+
+
+def _output_shapes(
+    spec: OpSpec, shapes: Mapping[str, tuple[Size, ...]], attributes: Mapping[str, int]
+) -> dict[str, tuple[Size, ...]]:
+    """The kernel shape of each output, from the (folded) input shapes.
+
+    Concrete shapes go through :meth:`OpSpec.shape_of`, which rejects what the kernel would
+    (an InputError naming the argument). Symbolic ones (tracing with dynamic shapes) cannot
+    be checked without fixing them to numbers: only their ranks are, and the sizes are mapped
+    through the layout; the launch checks them when the op runs.
+    """
+    outputs = _names(spec, "out")
+    if all(isinstance(size, int) for shape in shapes.values() for size in shape):
+        concrete = {name: tuple(int(s) for s in shape) for name, shape in shapes.items()}
+        every = spec.array_shapes(spec.shape_of(concrete, attributes))
+        return {name: every[name] for name in outputs}
+    sizes: dict[str, Size] = dict(attributes)
+    for name, shape in shapes.items():
+        dims = spec.layout[name]
+        if len(shape) != len(dims):
+            raise InputError(
+                f"{spec.name}: {name} must have {len(dims)} dimensions ({', '.join(dims)}), "
+                f"got {len(shape)}"
+            )
+        sizes.update(zip(dims, shape, strict=True))
+    # extents only does arithmetic on the sizes, which symbolic sizes support.
+    extents = spec.extents(cast(Shape, sizes))
+    return {name: tuple(extents[d] for d in spec.layout[name]) for name in outputs}
+
+
+def _fake(spec: OpSpec, tensors: Sequence[torch.Tensor], attributes: Mapping[str, int]) -> Result:
+    named = _bind(spec, tensors)
+    folded, lead = fold(spec, {name: tuple(t.shape) for name, t in named.items()})
+    like = next(iter(named.values()))
+    outputs = tuple(
+        like.new_empty(unfold(spec, name, shape, lead))
+        for name, shape in _output_shapes(spec, folded, attributes).items()
+    )
+    return outputs[0] if len(outputs) == 1 else outputs
+
+
+def _run(spec: OpSpec, tensors: Sequence[torch.Tensor], attributes: Mapping[str, Any]) -> Result:
+    named = _bind(spec, tensors)
+    folded, lead = fold(spec, {name: tuple(t.shape) for name, t in named.items()})
+    # detach: .numpy() refuses a tensor that requires grad; reshape and contiguous copy only
+    # what is not contiguous already.
+    arrays = [t.detach().reshape(folded[name]).contiguous().numpy() for name, t in named.items()]
+    result = current_ops().call(spec.name, *arrays, **attributes)
+    written = result if isinstance(result, tuple) else (result,)
+    outputs = tuple(
+        torch.from_numpy(array).reshape(unfold(spec, name, array.shape, lead))
+        for name, array in zip(_names(spec, "out"), written, strict=True)
+    )
+    return outputs[0] if len(outputs) == 1 else outputs
+
+
+def _define(spec: OpSpec) -> CustomOpDef:
+    def run(*tensors: torch.Tensor, **attributes: int) -> Result:
+        return _run(spec, tensors, attributes)
+
+    def fake(*tensors: torch.Tensor, **attributes: int) -> Result:
+        return _fake(spec, tensors, attributes)
+
+    run.__name__ = run.__qualname__ = spec.name
+    run.__doc__ = spec.summary
+    # No device_types: every device reaches run, which names a tensor not on the CPU.
+    op = torch.library.custom_op(
+        f"{NAMESPACE}::{spec.name}", run, mutates_args=(), schema=schema(spec)
+    )
+    op.register_fake(fake)
+    return op
+
+
+#: Each op's custom op, by name; importing this module registers them.
+OPERATORS: dict[str, CustomOpDef] = {spec.name: _define(spec) for spec in list_ops()}
