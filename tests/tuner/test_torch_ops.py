@@ -236,3 +236,65 @@ def test_import_tilewise_does_not_import_torch() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
     assert done.stdout.strip() == "False", done.stdout + done.stderr
+
+
+def _torch_references() -> dict[str, Any]:
+    """Each differentiable op's formula in torch, on the inputs in GM order (and attributes)."""
+    from torch.nn import functional as F
+
+    from tilewise.kernels.ops.conv_bias_leakyrelu.spec import ALPHA
+    from tilewise.kernels.ops.layernorm_gelu.spec import EPS
+    from tilewise.kernels.ops.scale_relu_dropout.spec import DROP_P, SEED, keep_mask, scale_keep
+
+    def dropout(x: Any) -> Any:
+        keep = torch.from_numpy(keep_mask(x.numel(), SEED, DROP_P)).reshape(x.shape)
+        return torch.relu(x * float(scale_keep("float32"))) * keep
+
+    return {
+        "conv_bias_leakyrelu": lambda x, w, b, stride, pad: F.leaky_relu(
+            F.conv2d(x, w, b, stride, pad), ALPHA
+        ),
+        "layernorm_gelu": lambda x, g, b: F.gelu(
+            F.layer_norm(x, (x.shape[-1],), g, b, EPS), approximate="tanh"
+        ),
+        "linear_add_gelu": lambda x, w, b: F.gelu(x @ w + b, approximate="tanh"),
+        "scale_relu_dropout": dropout,
+        "swiglu": lambda g, u: F.silu(g) * u,
+        "swiglu_mlp": lambda x, wg, wu: F.silu(x @ wg) * (x @ wu),
+    }
+
+
+DIFFERENTIABLE = sorted(tilewise.torch._grads.BACKWARDS)
+
+
+def test_every_op_but_swiglu_grad_has_a_backward() -> None:
+    assert set(DIFFERENTIABLE) == set(OPS) - {"swiglu_grad"}
+    assert set(_torch_references()) == set(DIFFERENTIABLE)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", DIFFERENTIABLE)
+def test_backward_matches_autograd_of_the_torch_formula(
+    ops: Ops, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    # gradcheck wants float64, which no kernel takes: the op's backward is held instead to
+    # autograd of the float32 formula, within the op's tolerance.
+    spec = get_op(name)
+    shape, lead = batched(spec, spec.example_shapes()[-1])
+    _, tensors = tensors_for(spec, shape, "float32", lead)
+    ours = [t.clone().requires_grad_() for t in tensors.values()]
+    theirs = [t.clone().requires_grad_() for t in tensors.values()]
+    out = getattr(torch.ops.tilewise, name)(*ours, **attributes(spec, shape))
+    dout = torch.randn(out.shape, generator=torch.Generator().manual_seed(1))
+    launched: list[str] = []
+    call = ops.call
+    monkeypatch.setattr(ops, "call", lambda op, *a, **k: launched.append(op) or call(op, *a, **k))
+    out.backward(dout)
+    _torch_references()[name](*theirs, **attributes(spec, shape)).backward(dout)
+    rtol, atol = spec.tolerance("float32", shape)
+    for arg, a, b in zip(tensors, ours, theirs, strict=True):
+        torch.testing.assert_close(
+            a.grad, b.grad, rtol=rtol, atol=atol, msg=lambda m, arg=arg: f"{arg}: {m}"
+        )
+    # swiglu's backward is the fused kernel, and so is swiglu_mlp's elementwise part.
+    assert launched == (["swiglu_grad"] if name in ("swiglu", "swiglu_mlp") else [])

@@ -20,8 +20,11 @@ PyTorch is the ``torch`` extra: ``import tilewise`` does not import it, this mod
 
 from __future__ import annotations
 
+from tilewise.torch import _grads
 from tilewise.torch._ops import OPERATORS
 from tilewise.torch._rows import ROW_DIMS
 from tilewise.torch._shared import current_ops, use_table
+
+_grads.register(OPERATORS)
 
 __all__ = ["OPERATORS", "ROW_DIMS", "current_ops", "use_table"]
