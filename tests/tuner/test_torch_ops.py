@@ -298,3 +298,44 @@ def test_backward_matches_autograd_of_the_torch_formula(
         )
     # swiglu's backward is the fused kernel, and so is swiglu_mlp's elementwise part.
     assert launched == (["swiglu_grad"] if name in ("swiglu", "swiglu_mlp") else [])
+
+
+class GeluThenSwiglu(torch.nn.Module):
+    """x -> linear_add_gelu twice (gate and up) -> swiglu: the ops in a model's MLP."""
+
+    def __init__(self, hidden: int, inner: int) -> None:
+        super().__init__()
+        make = torch.Generator().manual_seed(0)
+        self.wg = torch.nn.Parameter(torch.randn(hidden, inner, generator=make) / hidden**0.5)
+        self.wu = torch.nn.Parameter(torch.randn(hidden, inner, generator=make) / hidden**0.5)
+        self.b = torch.nn.Parameter(torch.zeros(inner))
+
+    def forward(self, x: Any) -> Any:
+        gate = torch.ops.tilewise.linear_add_gelu(x, self.wg, self.b)
+        up = torch.ops.tilewise.linear_add_gelu(x, self.wu, self.b)
+        return torch.ops.tilewise.swiglu(gate, up)
+
+
+@pytest.mark.slow
+# Inductor itself calls the deprecated torch.jit.script_method (torch 2.13), which the
+# project's warnings-as-errors would turn into a compile failure.
+@pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
+def test_torch_compile_fullgraph_matches_eager(ops: Ops) -> None:
+    module, x = GeluThenSwiglu(24, 40), torch.randn(2, 5, 24)
+    compiled_module = torch.compile(module, fullgraph=True)
+    compiled = compiled_module(x)
+    torch.testing.assert_close(compiled, module(x))
+    # A second batch shape recompiles with symbolic sizes: the fake impls' symbolic path.
+    other = torch.randn(3, 7, 24)
+    torch.testing.assert_close(compiled_module(other), module(other))
+    compiled.sum().backward()
+    assert module.wg.grad is not None and module.wg.grad.abs().sum() > 0
+
+
+@pytest.mark.slow
+def test_torch_export_traces_the_ops_and_the_program_runs(ops: Ops) -> None:
+    module, x = GeluThenSwiglu(24, 40), torch.randn(2, 5, 24)
+    program = torch.export.export(module, (x,))
+    targets = {str(node.target) for node in program.graph.nodes if node.op == "call_function"}
+    assert {"tilewise.linear_add_gelu.default", "tilewise.swiglu.default"} <= targets
+    torch.testing.assert_close(program.module()(x), module(x))
