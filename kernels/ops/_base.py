@@ -22,161 +22,64 @@ import hashlib
 import math
 import struct
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from functools import cached_property, lru_cache
 from pathlib import Path
 from types import ModuleType
-from typing import Any, ClassVar, Literal, NamedTuple
+from typing import ClassVar
 
 import numpy as np
 
 from tilewise.errors import InputError
+from tilewise.kernels.ops._values import (
+    C_DTYPES,
+    MEMORIES,
+    NUMPY_DTYPES,
+    Baseline,
+    BlockWork,
+    Buffer,
+    Check,
+    Fn,
+    Footprint,
+    GmArg,
+    Split,
+    StructField,
+    TorchCase,
+    Traffic,
+    Tunable,
+    align32,
+    ceil_div,
+    floor_pow2,
+    itemsize,
+    round_up,
+)
 from tilewise.kernels.targets import TargetProfile
-from tilewise.types import DTYPE_BYTES, DTYPES, MAX_DIM, Shape, Tiling
+from tilewise.types import DTYPES, MAX_DIM, Shape, Tiling
 
-MEMORIES: tuple[str, ...] = ("ub", "l1", "l0a", "l0b", "l0c", "bt")
-
-NUMPY_DTYPES: dict[str, type[np.floating]] = {"float32": np.float32, "float16": np.float16}
-#: The Ascend C spelling of each dtype, handed to the kernel as ``-DDTYPE_X=...``.
-C_DTYPES: dict[str, str] = {"float32": "float", "float16": "half"}
-
-
-#: A baseline's call (buffers preallocated), and what turns a call over a row range into one on
-#: two halves of the rows in two threads (the benchmark's thread pool). An op's
-#: ``baselines.py`` returns (one thread, two threads or None) from ``numpy_baseline`` and
-#: (function, tensors) from ``torch_baseline``.
-Fn = Callable[[], object]
-Split = Callable[[Callable[[slice], object], int], Fn]
-Baseline = tuple[Fn, Fn | None]
-TorchCase = tuple[Callable[..., Any], tuple[Any, ...]]
-
-
-def align32(nbytes: int) -> int:
-    """Round up to 32 bytes, as ``TPipe::InitBuffer`` does."""
-    return (nbytes + 31) // 32 * 32
-
-
-def ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-@dataclass(frozen=True)
-class Tunable:
-    """One tunable: its domain, and whether changing it needs a new build."""
-
-    name: str
-    values: tuple[int, ...]
-    doc: str
-    compile_time: bool = False
-    define: str | None = None  # the macro a compile-time tunable sets, e.g. "BUFFER_NUM"
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "name": self.name,
-            "values": list(self.values),
-            "compile_time": self.compile_time,
-            "doc": self.doc,
-        }
-
-
-@dataclass(frozen=True)
-class GmArg:
-    """One global-memory argument of the kernel entry, in call order."""
-
-    name: str
-    role: Literal["in", "out", "workspace"]
-    elements: int
-    dtype: str  # a numpy dtype name ("float32", "float16", "uint8")
-
-    @property
-    def nbytes(self) -> int:
-        return self.elements * np.dtype(self.dtype).itemsize
-
-
-class Buffer(NamedTuple):
-    """One on-chip buffer the kernel's Init allocates, as the device sees it.
-
-    A named tuple: the runtime's nearest lookup builds the buffers of each tiling it checks
-    against a shape not tuned, and a tuple is made in half the time of a frozen dataclass."""
-
-    name: str
-    memory: Literal["ub", "l1", "l0a", "l0b", "l0c", "bt"]
-    nbytes: int  # already rounded as the allocator rounds it (32 B for TPipe buffers)
-
-
-@dataclass(frozen=True)
-class Footprint:
-    """Bytes of each on-chip memory one core uses."""
-
-    ub: int = 0
-    l1: int = 0
-    l0a: int = 0
-    l0b: int = 0
-    l0c: int = 0
-    bt: int = 0
-
-    def to_dict(self) -> dict[str, int]:
-        return {m: getattr(self, m) for m in MEMORIES}
-
-
-@dataclass(frozen=True)
-class Check:
-    """The static verdict on a tiling: no compile, no launch."""
-
-    valid: bool
-    reasons: tuple[str, ...]
-    footprint: Footprint
-    limits: Mapping[str, int]
-    #: Constraint values in Optuna's sense: > 0 means violated, by that relative amount.
-    constraints: Mapping[str, float] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "valid": self.valid,
-            "reasons": list(self.reasons),
-            "footprint": self.footprint.to_dict(),
-            "limits": dict(self.limits),
-        }
-
-
-@dataclass(frozen=True)
-class Traffic:
-    """Global-memory bytes and flops of the op, fused and as separate kernels."""
-
-    fused_bytes: int
-    unfused_bytes: int
-    flops: int
-    unfused_kernels: int
-
-
-@dataclass(frozen=True)
-class BlockWork:
-    """What one block of a launch does, for the Ascend cost model (per core, in bytes/MACs).
-
-    ``stages`` is how many CopyIn/Compute/CopyOut (or Iterate/epilogue) rounds the block runs;
-    with ``overlapped`` (double buffering) the pipes work on different rounds at once.
-    ``vector_calls`` counts vector instructions issued: each has a fixed issue cost, which is
-    what makes tiny tiles slow even when the bytes are the same.
-    """
-
-    blocks: int  # blocks launched (waves = ceil(blocks / cores))
-    cores: int  # cores they run on
-    gm_bytes: float  # GM <-> UB/L1 traffic of the busiest block
-    cube_macs: float  # multiply-accumulates on the cube, padding included
-    vector_bytes: float  # bytes read by vector instructions
-    vector_calls: float
-    stages: int
-    overlapped: bool
-
-
-@dataclass(frozen=True)
-class StructField:
-    """One 4-byte field of the packed tiling struct: its C name, struct code and value."""
-
-    name: str  # as written in C, e.g. "cube.baseM"
-    code: Literal["i", "I", "f"]
-    value: int | float
+# The value types and helpers live in _values; the op modules import them from here too.
+__all__ = [
+    "C_DTYPES",
+    "MEMORIES",
+    "NUMPY_DTYPES",
+    "Baseline",
+    "BlockWork",
+    "Buffer",
+    "Check",
+    "Fn",
+    "Footprint",
+    "GmArg",
+    "OpSpec",
+    "Split",
+    "StructField",
+    "TorchCase",
+    "Traffic",
+    "Tunable",
+    "align32",
+    "ceil_div",
+    "floor_pow2",
+    "itemsize",
+    "round_up",
+]
 
 
 class OpSpec(ABC):
@@ -508,15 +411,3 @@ class OpSpec(ABC):
     ) -> BlockWork:
         """The work of the busiest block, for the Ascend cost model."""
         raise NotImplementedError(f"{self.name} has no cost model")
-
-
-def itemsize(dtype: str) -> int:
-    return DTYPE_BYTES[dtype]
-
-
-def round_up(value: int, multiple: int) -> int:
-    return ceil_div(value, multiple) * multiple
-
-
-def floor_pow2(value: int) -> int:
-    return 1 << max(0, int(math.log2(max(value, 1))))
