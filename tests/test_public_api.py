@@ -22,7 +22,14 @@ PUBLIC = {
     },
     "tilewise.runtime": {"Answer", "Source", "TilingTable"},
     "tilewise.launch": {"Choice", "Ops", "load_ops"},
-    "tilewise.torch": {"OPERATORS", "ROW_DIMS", "current_ops", "use_table"},
+    "tilewise.torch": {
+        "OPERATORS",
+        "ROW_DIMS",
+        "LinearGelu",
+        "LlamaMLP",
+        "current_ops",
+        "use_table",
+    },
     "tilewise.kernels.ops": {
         "OPS",
         "Buffer",

@@ -15,16 +15,21 @@ leading batch dims (:data:`ROW_DIMS`). Every op has a fake implementation (``tor
 with ``fullgraph=True``, ``torch.export``) and the differentiable ones a backward: swiglu's is
 the fused ``swiglu_grad`` kernel, the others are their reference formulas in torch.
 
+Modules built on the ops, loadable from the state dicts of their plain PyTorch equivalents:
+:class:`LlamaMLP` (Hugging Face's parameter names) and :class:`LinearGelu` (nn.Linear's).
+
 PyTorch is the ``torch`` extra: ``import tilewise`` does not import it, this module does.
 """
 
 from __future__ import annotations
 
 from tilewise.torch import _grads
+from tilewise.torch._linear import LinearGelu
+from tilewise.torch._mlp import LlamaMLP
 from tilewise.torch._ops import OPERATORS
 from tilewise.torch._rows import ROW_DIMS
 from tilewise.torch._shared import current_ops, use_table
 
 _grads.register(OPERATORS)
 
-__all__ = ["OPERATORS", "ROW_DIMS", "current_ops", "use_table"]
+__all__ = ["OPERATORS", "ROW_DIMS", "LinearGelu", "LlamaMLP", "current_ops", "use_table"]
