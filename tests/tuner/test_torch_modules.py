@@ -5,7 +5,12 @@ gradients within the op's tolerance, at odd sizes with leading batch dims."""
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,6 +28,7 @@ from tilewise.torch import LinearGelu, LlamaMLP  # noqa: E402
 nn = torch.nn
 HIDDEN, INTERMEDIATE, LEAD = 37, 53, (2, 3)  # odd sizes: no dim a multiple of a block
 IN, OUT = 29, 43
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "llama_block.py"
 DTYPES = {"float32": torch.float32, "float16": torch.float16}
 
 
@@ -234,3 +240,28 @@ def test_torch_compile_fullgraph_of_llama_mlp_matches_eager(ops: Ops) -> None:
     compiled.sum().backward()
     assert ours.gate_proj.weight.grad is not None
     assert ours.gate_proj.weight.grad.abs().sum() > 0
+
+
+@pytest.mark.slow
+def test_the_llama_block_example_runs_and_reports_each_tiling(tmp_path: Path) -> None:
+    # Its own build cache, and a working directory with no .env to pick settings up from.
+    env = {**os.environ, "TILEWISE_CACHE_DIR": str(tmp_path / "cache")}
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLE)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    for tokens in (1, 16, 128):
+        calls = [line for line in lines if line.startswith(f"tokens={tokens}: tilewise call ")]
+        assert len(calls) == 1, lines
+        assert f"swiglu_mlp float32 H=64,I=172,T={tokens} source=default [" in calls[0]
+        errors = [line for line in lines if line.startswith(f"tokens={tokens}: max |")]
+        assert len(errors) == 1, lines
+        match = re.search(r"= (\S+)$", errors[0])
+        assert match is not None and float(match.group(1)) <= 1e-3, errors[0]
+    assert lines[-1].startswith("ok: 3 token counts"), lines
