@@ -240,7 +240,12 @@ class OpSpec(ABC):
 
     def example_shapes(self) -> list[Shape]:
         """:attr:`examples`, validated."""
-        return [self.validate_shape(Shape.parse(text)) for text in self.examples]
+        return self.parse_shapes(self.examples)
+
+    def parse_shapes(self, texts: tuple[str, ...]) -> list[Shape]:
+        """Shapes written as ``Shape.parse`` reads them (:attr:`examples`,
+        :attr:`benchmark_shapes`), validated."""
+        return [self.validate_shape(Shape.parse(text)) for text in texts]
 
     def log_position(self, dim: str, value: int) -> float:
         """Where ``value`` of ``dim`` lies on the log2 scale that shape distances are measured

@@ -328,11 +328,11 @@ def goal_fractions(row: Mapping[str, Any], machine: Machine) -> dict[str, Any]:
 def cases(op: str | None) -> list[tuple[str, dict[str, int]]]:
     """(op, shape) of every op's ``benchmark_shapes``, or of one op's."""
     specs = [get_op(op)] if op is not None else list_ops()
-    return [(spec.name, dict(shape)) for spec in specs for shape in _benchmark_shapes(spec)]
-
-
-def _benchmark_shapes(spec: OpSpec) -> list[Shape]:
-    return [spec.validate_shape(Shape.parse(text)) for text in spec.benchmark_shapes]
+    return [
+        (spec.name, dict(shape))
+        for spec in specs
+        for shape in spec.parse_shapes(spec.benchmark_shapes)
+    ]
 
 
 # -- a whole run -------------------------------------------------------------------------------
