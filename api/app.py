@@ -77,12 +77,23 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.metrics = metrics
     errors.install(app)
-    for module in (routes.jobs, routes.ops, routes.tilings, routes.service, routes.dashboard):
+    for module in (
+        routes.jobs,
+        routes.batches,
+        routes.ops,
+        routes.tilings,
+        routes.service,
+        routes.dashboard,
+    ):
         app.include_router(module.router)
 
     # Added innermost first.
     app.add_middleware(ConcurrencyLimit, max_requests=MAX_CONCURRENT_REQUESTS)
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(
+        BodyLimit,
+        max_bytes=settings.max_body_bytes,
+        limits={"/v1/batches": settings.max_batch_bytes},
+    )
     if settings.cors_origins:
         app.add_middleware(
             CORSMiddleware,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import anyio
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -10,19 +12,23 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 class BodyLimit:
     """Refuse request bodies over ``max_bytes`` with 413, before any route parses them.
 
-    A declared ``Content-Length`` over the limit is refused at once; a body without one (chunked)
-    is read up to the limit and refused as soon as it passes it. A body within the limit is
-    buffered (it is small by definition) and replayed to the app.
+    ``limits`` gives some paths their own limit (a manifest of many shapes is larger than any
+    other body). A declared ``Content-Length`` over the limit is refused at once; a body without
+    one (chunked) is read up to the limit and refused as soon as it passes it. A body within the
+    limit is buffered (it is small by definition) and replayed to the app.
     """
 
-    def __init__(self, app: ASGIApp, *, max_bytes: int) -> None:
+    def __init__(
+        self, app: ASGIApp, *, max_bytes: int, limits: Mapping[str, int] | None = None
+    ) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.limits = dict(limits or {})
 
-    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send, limit: int) -> None:
         response = JSONResponse(
             status_code=413,
-            content={"detail": f"request body larger than {self.max_bytes} bytes"},
+            content={"detail": f"request body larger than {limit} bytes"},
             headers={"Connection": "close"},
         )
         await response(scope, receive, send)
@@ -31,15 +37,16 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        limit = self.limits.get(scope.get("path", ""), self.max_bytes)
         headers = dict(scope.get("headers") or [])
         declared = headers.get(b"content-length")
         if declared is not None:
             try:
-                too_big = int(declared) > self.max_bytes
+                too_big = int(declared) > limit
             except ValueError:
                 too_big = True  # an unparsable length is no length we accept
             if too_big:
-                await self._refuse(scope, receive, send)
+                await self._refuse(scope, receive, send, limit)
                 return
         if scope.get("method") in ("GET", "HEAD", "OPTIONS") and declared is None:
             await self.app(scope, receive, send)
@@ -53,8 +60,8 @@ class BodyLimit:
                 return
             body = message.get("body", b"")
             size += len(body)
-            if size > self.max_bytes:
-                await self._refuse(scope, receive, send)
+            if size > limit:
+                await self._refuse(scope, receive, send, limit)
                 return
             chunks.append(body)
             if not message.get("more_body", False):

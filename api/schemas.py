@@ -23,6 +23,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 from tilewise.errors import InputError
 from tilewise.kernels.ops import get_op
 from tilewise.kernels.targets import get_target
+from tilewise.manifest import Manifest
 from tilewise.store import JobRow, JobStatus, TilingRow, WorkerRow, WorkerStatus, WorkloadRow
 from tilewise.types import MAX_DIM, Workload
 
@@ -108,6 +109,12 @@ class JobCreate(BaseModel):
                 # 422 became a 500 (found by the API fuzz test).
                 raise ValueError(str(exc).encode("utf-8", "backslashreplace").decode()) from None
         return value
+
+
+class BatchCreate(Manifest):
+    """``POST /v1/batches``: a tuning manifest (the file ``tilewise submit`` sends, as JSON)."""
+
+    force: bool = Field(default=False, description="Re-tune the workloads tuned already.")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -329,3 +336,58 @@ class HealthPublic(_Out):
     status: Literal["ok"]
     database: str = Field(description="The database kind (sqlite, postgresql).")
     revision: str
+
+
+BatchItemStatus = Literal["tuned", "queued", "running", "succeeded", "failed", "cancelled"]
+BatchStatus = Literal["queued", "running", "succeeded", "failed"]
+
+
+class BatchItemPublic(_Out):
+    position: int = Field(description="Its place among the batch's workloads, from 0.")
+    workload: WorkloadPublic
+    weight: float
+    status: BatchItemStatus = Field(
+        description="tuned: tuned already when the batch was submitted (no job); otherwise "
+        "the status of the job tuning it."
+    )
+    job_id: int | None
+    budget: int | None = Field(description="The job's evaluations budget (null: no job).")
+    evaluations: int = Field(description="Evaluations the job has spent.")
+    best_latency_us: float | None = Field(description="The job's best so far (search time).")
+    latency_us: float | None = Field(description="The stored tiling's latency, when tuned.")
+    default_latency_us: float | None
+    speedup: float | None = Field(description="The stored tiling's over the default.")
+    error: str | None
+
+
+class BatchTotals(_Out):
+    workloads: int
+    tuned: int = Field(description="Tuned already when submitted: not tuned again.")
+    queued: int
+    running: int
+    succeeded: int
+    failed: int
+    cancelled: int
+    budget: int = Field(description="Evaluations budgeted over the batch's jobs.")
+    evaluations: int = Field(description="Evaluations spent so far.")
+
+
+class BatchSummary(_Out):
+    id: int
+    name: str | None
+    status: BatchStatus = Field(
+        description="queued (no job started), running, then succeeded (every workload tuned) "
+        "or failed (a job failed or was cancelled; the others ran to their end)."
+    )
+    done: bool = Field(description="No job of the batch is queued or running.")
+    force: bool
+    created_at: datetime
+    totals: BatchTotals
+
+
+class BatchPublic(BatchSummary):
+    workloads: list[BatchItemPublic]
+
+
+class BatchList(_Out):
+    batches: list[BatchSummary]

@@ -97,6 +97,14 @@ class Settings(BaseSettings):
         "loopback address.",
     )
     max_body_bytes: int = Field(default=64 * 1024, ge=1024)
+    max_batch_bytes: int = Field(
+        default=1 << 20,
+        ge=1024,
+        description="Largest body of POST /v1/batches (a manifest of many shapes).",
+    )
+    max_batch_workloads: int = Field(
+        default=2000, ge=1, description="Workloads one batch (a manifest) may hold."
+    )
     cors_origins: list[str] = Field(default_factory=list, description="Closed unless listed.")
 
     # Workers and jobs

@@ -15,7 +15,7 @@ a :class:`~sqlalchemy.orm.Session` and keyword-only arguments, flushes but never
 caller's ``session_scope`` does), and returns frozen ``*Row`` values that stay valid after the
 session is closed. "Now" is this host's UTC clock (``now=`` overrides it, for tests). They live
 in one module per aggregate: workloads and records, the tiling table, jobs and their leases, a
-job's evaluations and assistants, workers.
+job's evaluations and assistants, batches of jobs (a submitted manifest), workers.
 
 Optuna's RDB storage may share the database: our tables are ``tw_*`` and our Alembic version
 table is ``tilewise_alembic_version``.
@@ -29,6 +29,16 @@ from tilewise.store._assists import (
     job_evaluations,
     may_tag_record,
     renew_assist,
+)
+from tilewise.store._batches import (
+    BatchItemRow,
+    BatchItemView,
+    BatchRow,
+    add_batch_item,
+    batch_view,
+    create_batch,
+    get_batch,
+    list_batches,
 )
 from tilewise.store._engine import (
     VERSION_TABLE,
@@ -90,6 +100,9 @@ __all__ = [
     "SOURCE_PREDICTED",
     "SOURCE_REMEASURE",
     "VERSION_TABLE",
+    "BatchItemRow",
+    "BatchItemView",
+    "BatchRow",
     "JobRow",
     "JobStatus",
     "RecordRow",
@@ -100,8 +113,10 @@ __all__ = [
     "WorkerRow",
     "WorkerStatus",
     "WorkloadRow",
+    "add_batch_item",
     "add_record",
     "assist_job",
+    "batch_view",
     "best_tilings",
     "cancel_job",
     "check_schema",
@@ -110,6 +125,7 @@ __all__ = [
     "count_jobs_by_status",
     "count_tilings",
     "count_workloads",
+    "create_batch",
     "create_engine",
     "create_job",
     "current_revision",
@@ -117,6 +133,7 @@ __all__ = [
     "find_record",
     "find_workload",
     "finish_job",
+    "get_batch",
     "get_job",
     "get_tiling",
     "get_workload",
@@ -125,6 +142,7 @@ __all__ = [
     "holds_job",
     "job_assistants",
     "job_evaluations",
+    "list_batches",
     "list_jobs",
     "list_workers",
     "lock_workload",

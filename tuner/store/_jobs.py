@@ -46,7 +46,7 @@ class JobRow:
     finished_at: datetime | None
 
 
-def _job_row(m: JobModel) -> JobRow:
+def job_row(m: JobModel) -> JobRow:
     return JobRow(
         id=m.id,
         workload_id=m.workload_id,
@@ -95,12 +95,12 @@ def create_job(
     )
     session.add(model)
     session.flush()
-    return _job_row(model)
+    return job_row(model)
 
 
 def get_job(session: Session, *, job_id: int) -> JobRow | None:
     m = session.get(JobModel, job_id, populate_existing=True)
-    return None if m is None else _job_row(m)
+    return None if m is None else job_row(m)
 
 
 def list_jobs(
@@ -125,7 +125,7 @@ def list_jobs(
     query = query.order_by(JobModel.id.desc())
     if limit is not None:
         query = query.limit(limit)
-    return [_job_row(m) for m in session.scalars(query.execution_options(populate_existing=True))]
+    return [job_row(m) for m in session.scalars(query.execution_options(populate_existing=True))]
 
 
 def count_jobs_by_status(session: Session) -> dict[JobStatus, int]:

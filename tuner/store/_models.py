@@ -218,5 +218,37 @@ class WorkerModel(Base):
     last_heartbeat: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 
+class BatchModel(Base):
+    """A tuning manifest submitted as one batch: its workloads are :class:`BatchItemModel`."""
+
+    __tablename__ = "tw_batches"
+
+    id: Mapped[int] = mapped_column(id_type(), primary_key=True, autoincrement=True)
+    name: Mapped[str | None] = mapped_column(String(200))
+    force: Mapped[bool] = mapped_column(Boolean(create_constraint=False), default=False)
+    # The manifest as submitted (its short form): what was asked, for the record.
+    manifest: Mapped[dict[str, Any]] = mapped_column(json_type())
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class BatchItemModel(Base):
+    """One workload of a batch: the job that tunes it, or none when it was tuned already.
+
+    A job may serve several batches (one that was queued or running when a batch asked for the
+    same workload), so the link lives here, not on the job.
+    """
+
+    __tablename__ = "tw_batch_items"
+
+    batch_id: Mapped[int] = mapped_column(ForeignKey("tw_batches.id"), primary_key=True)
+    position: Mapped[int] = mapped_column(Integer(), primary_key=True)
+    workload_id: Mapped[int] = mapped_column(ForeignKey("tw_workloads.id"))
+    weight: Mapped[float] = mapped_column(Double())
+    # The evaluations the batch gave it (None: tuned already, no job). A job that was already
+    # active for the workload keeps its own budget.
+    budget: Mapped[int | None] = mapped_column(Integer())
+    job_id: Mapped[int | None] = mapped_column(ForeignKey("tw_jobs.id"))
+
+
 #: Our tables: what migrations manage and what "does the schema exist" looks for.
 TABLE_NAMES: frozenset[str] = frozenset(Base.metadata.tables)

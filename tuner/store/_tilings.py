@@ -38,7 +38,7 @@ class TilingRow:
     updated_at: datetime
 
 
-def _tiling_row(m: TilingModel) -> TilingRow:
+def tiling_row(m: TilingModel) -> TilingRow:
     return TilingRow(
         workload_id=m.workload_id,
         record_id=m.record_id,
@@ -103,7 +103,7 @@ def upsert_tiling(
             for name, value in values.items():
                 setattr(model, name, value)
             session.flush()
-            return _tiling_row(model)
+            return tiling_row(model)
         model = TilingModel(workload_id=workload_id, **values)
         try:
             with session.begin_nested():
@@ -111,7 +111,7 @@ def upsert_tiling(
         except IntegrityError:
             # Lost an insert race (or a bad foreign key: then the second pass raises it).
             continue
-        return _tiling_row(model)
+        return tiling_row(model)
     session.add(TilingModel(workload_id=workload_id, **values))
     session.flush()  # raises the IntegrityError that is not a race
     raise AssertionError("unreachable")  # pragma: no cover
@@ -119,7 +119,7 @@ def upsert_tiling(
 
 def get_tiling(session: Session, *, workload_id: int) -> TilingRow | None:
     m = session.get(TilingModel, workload_id)
-    return None if m is None else _tiling_row(m)
+    return None if m is None else tiling_row(m)
 
 
 def count_tilings(session: Session) -> int:
@@ -164,4 +164,4 @@ def best_tilings(
         WorkloadModel.shape_key,
         WorkloadModel.op_version,
     )
-    return [(workload_row(w), _tiling_row(t)) for w, t in session.execute(query)]
+    return [(workload_row(w), tiling_row(t)) for w, t in session.execute(query)]

@@ -35,6 +35,8 @@ OUR_TABLES = {
     "tw_jobs",
     "tw_job_assists",
     "tw_workers",
+    "tw_batches",
+    "tw_batch_items",
 }
 
 

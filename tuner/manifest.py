@@ -1,0 +1,555 @@
+"""Tuning manifests: the ops, dtypes, targets and shapes an application runs, in one file.
+
+A build system lists what its application runs and hands the file to ``tilewise tune-set``
+(tuned here) or ``tilewise submit`` (tuned by a service, as one batch)::
+
+    name: llama-7b-mlp          # optional, shown with the batch
+    target: cpu-twin            # default for every workload (default: cpu-twin)
+    dtype: float32              # default for every workload (default: float32)
+    budget: 40                  # evaluations per workload, or
+    # total_budget: 400         # evaluations for the whole manifest, spread by weight
+    workloads:
+      - op: linear_add_gelu
+        dtype: [float32, float16]   # one dtype or several
+        shapes:
+          - {M: 1, N: 4096, K: 4096, weight: 10}   # weight: how often the application runs it
+          - M=128,N=4096,K=4096                    # the command line's form; weight 1
+
+YAML or JSON (a ``.json`` file is read as JSON, anything else as YAML). A shape is a mapping of
+every dim of the op plus an optional ``weight`` (a positive number, default 1), or the
+``M=1,N=4096,K=4096`` text of the command line. The same workload listed twice is tuned once,
+with the sum of the weights.
+
+**Budgets.** ``budget`` gives every workload that many measured evaluations; without it and
+without ``total_budget`` the tuner's default applies (settings.default_budget). ``total_budget``
+is spread over the workloads that are tuned (already tuned ones are skipped and get none) by
+:func:`spread_budget`: each first gets a floor of ``min(5, total // n)`` evaluations (the
+default tiling and the nearest tuned shapes' best four, which the tuner measures before its
+own proposals), and the rest goes out in proportion to the weights, rounded by largest
+remainder so that the budgets add up to the total exactly. So a workload run ten times as often
+gets about ten times the search, and none is left with nothing: the way TVM's task scheduler
+spends a tuning budget over weighted tasks, decided up front instead of round by round.
+
+Every error names its place: ``workloads[0].shapes[1]: linear_add_gelu: missing dim K``
+(:class:`ManifestError`, an :class:`~tilewise.errors.InputError` whose ``loc`` the service turns
+into the 422's ``loc``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    GetJsonSchemaHandler,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema, InitErrorDetails, PydanticCustomError
+
+from tilewise.errors import InputError
+from tilewise.kernels.request import RequestError, WorkloadRequest, resolve_request
+from tilewise.types import MAX_DIM, Shape, Workload
+
+__all__ = [
+    "BUDGET_FLOOR",
+    "Manifest",
+    "ManifestEntry",
+    "ManifestError",
+    "ShapeItem",
+    "WorkloadGroup",
+    "assign_budgets",
+    "load_manifest",
+    "manifest_of",
+    "parse_manifest",
+    "parse_text",
+    "spread_budget",
+]
+
+#: Evaluations every workload gets first when a total budget is spread (see the module
+#: docstring): the default tiling plus the nearest tuned shapes' best four.
+BUDGET_FLOOR = 5
+
+#: The largest budget a manifest may ask for (per workload or in total): far above any tune.
+MAX_BUDGET = 10_000_000
+
+Loc = tuple[str | int, ...]
+
+
+def where(loc: Loc) -> str:
+    """``("workloads", 0, "shapes", 1)`` → ``"workloads[0].shapes[1]"``."""
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text or "manifest"
+
+
+class ManifestError(InputError):
+    """A manifest that cannot be used; ``loc`` is the place at fault (``()`` for the whole),
+    and the message starts with it."""
+
+    def __init__(self, loc: Loc, message: str, *, source: str | None = None) -> None:
+        head = f"{source}: " if source else ""
+        super().__init__(f"{head}{where(loc)}: {message}")
+        self.loc = tuple(loc)
+        self.reason = message
+
+
+# ---------------------------------------------------------------------------------------------
+# The document
+
+
+def _error(kind: str, message: str, loc: Loc, value: object) -> InitErrorDetails:
+    return InitErrorDetails(type=PydanticCustomError(kind, message), loc=loc, input=value)
+
+
+class ShapeItem(BaseModel):
+    """One shape of a workload: its dims and how often the application runs it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    dims: dict[str, int]
+    weight: float = 1.0
+
+    @model_validator(mode="before")
+    @classmethod
+    def _flat(cls, value: Any) -> Any:
+        """The document's forms: ``{M: 1, ..., weight: 10}`` or ``"M=1,N=2,K=3"``. The errors
+        name the dim (``shapes[1].K``), as the document has no ``dims`` key."""
+        if isinstance(value, ShapeItem):
+            return value
+        if isinstance(value, str):
+            try:
+                return {"dims": dict(Shape.parse(value)), "weight": 1.0}
+            except InputError as exc:
+                raise ValueError(str(exc)) from None
+        if not isinstance(value, Mapping):
+            raise ValueError(
+                "a shape is a mapping of dims (and an optional weight), e.g. {M: 1, N: 4096,"
+                f" K: 4096, weight: 10}}, or text such as M=1,N=4096,K=4096; got {value!r}"
+            )
+        if set(value) == {"dims", "weight"} or set(value) == {"dims"}:
+            value = {**value["dims"], **({"weight": value["weight"]} if "weight" in value else {})}
+        errors: list[InitErrorDetails] = []
+        dims: dict[str, int] = {}
+        weight: Any = value.get("weight", 1.0)
+        for name, dim in value.items():
+            if name == "weight":
+                continue
+            if not isinstance(name, str) or not name:
+                errors.append(_error("dim_name", "a dim is named by a string", (), name))
+            elif isinstance(dim, bool) or not isinstance(dim, int):
+                errors.append(_error("dim_type", "a dim is a whole number", (name,), dim))
+            elif not 0 <= dim <= MAX_DIM:
+                message = f"a dim is between 0 and {MAX_DIM}"  # the op's own floor: resolve()
+                errors.append(_error("dim_range", message, (name,), dim))
+            else:
+                dims[name] = dim
+        if isinstance(weight, bool) or not isinstance(weight, int | float):
+            errors.append(_error("weight_type", "a weight is a number", ("weight",), weight))
+        elif not (math.isfinite(weight) and weight > 0):
+            message = "a weight is a positive, finite number (how often the shape runs)"
+            errors.append(_error("weight_range", message, ("weight",), weight))
+        if not dims and not errors:
+            errors.append(_error("no_dims", "a shape needs its dims", (), dict(value)))
+        if errors:
+            raise ValidationError.from_exception_data("shape", errors)
+        return {"dims": dims, "weight": float(weight)}
+
+    @classmethod
+    def __get_pydantic_json_schema__(
+        cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        # What a document holds (the flat mapping or the text), not the parsed fields.
+        return {
+            "title": "Shape",
+            "anyOf": [
+                {
+                    "type": "object",
+                    "description": "Every dim of the op, and how often the application runs it.",
+                    "properties": {"weight": {"type": "number", "exclusiveMinimum": 0}},
+                    "additionalProperties": {"type": "integer", "minimum": 0, "maximum": MAX_DIM},
+                    "minProperties": 1,
+                    "examples": [{"M": 1, "N": 4096, "K": 4096, "weight": 10}],
+                },
+                {"type": "string", "examples": ["M=1,N=4096,K=4096"]},
+            ],
+        }
+
+    def to_document(self) -> dict[str, Any]:
+        """The flat form, ``{M: 1, N: 4096, K: 4096, weight: 10}`` (no weight when it is 1)."""
+        if self.weight == 1.0:
+            return dict(self.dims)
+        weight = int(self.weight) if self.weight.is_integer() else self.weight
+        return {**self.dims, "weight": weight}
+
+
+class WorkloadGroup(BaseModel):
+    """One op in one or several dtypes at several shapes; the manifest's defaults fill what it
+    leaves out."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    op: str = Field(description="Op name, see `tilewise ops`.")
+    dtype: str | list[str] | None = Field(
+        default=None, description="One dtype or several; default: the manifest's."
+    )
+    target: str | None = Field(default=None, description="Default: the manifest's.")
+    shapes: list[ShapeItem] = Field(min_length=1)
+
+    @field_validator("dtype")
+    @classmethod
+    def _dtypes(cls, value: str | list[str] | None) -> str | list[str] | None:
+        if isinstance(value, list) and not value:
+            raise ValueError("name one dtype or more")
+        return value
+
+
+class Manifest(BaseModel):
+    """A tuning manifest (see the module docstring). Parse one with :func:`load_manifest` or
+    :func:`parse_manifest`; :meth:`entries` checks it against the ops."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str | None = Field(default=None, max_length=200)
+    target: str = "cpu-twin"
+    dtype: str = "float32"
+    budget: int | None = Field(
+        default=None, ge=1, le=MAX_BUDGET, description="Evaluations per workload."
+    )
+    total_budget: int | None = Field(
+        default=None, ge=1, le=MAX_BUDGET, description="Evaluations in all, spread by weight."
+    )
+    workloads: list[WorkloadGroup] = Field(min_length=1)
+    #: The file (or URL) it was read from, named in the errors of :meth:`entries`.
+    _source: str | None = PrivateAttr(default=None)
+
+    @model_validator(mode="after")
+    def _one_budget(self) -> Manifest:
+        if self.budget is not None and self.total_budget is not None:
+            raise ValueError(
+                "give budget (per workload) or total_budget (spread by weight), not both"
+            )
+        return self
+
+    def entries(self, *, max_elements: int | None = None) -> list[ManifestEntry]:
+        """The workloads to tune, checked against the ops (``resolve_request``), in manifest
+        order; a workload listed twice is one entry with the sum of the weights.
+
+        Raises:
+            ManifestError: naming the first place at fault.
+        """
+        found: dict[str, ManifestEntry] = {}
+        for i, group in enumerate(self.workloads):
+            dtypes = group.dtype if isinstance(group.dtype, list) else [group.dtype or self.dtype]
+            target = group.target or self.target
+            for j, item in enumerate(group.shapes):
+                for k, dtype in enumerate(dtypes):
+                    try:
+                        asked = resolve_request(
+                            group.op, item.dims, dtype, target, max_elements=max_elements
+                        )
+                    except RequestError as exc:
+                        loc = _place(i, j, exc.field, group, dtype_index=k)
+                        raise ManifestError(loc, str(exc), source=self._source) from exc
+                    key = asked.workload.key
+                    if key in found:
+                        first = found[key]
+                        found[key] = ManifestEntry(asked, first.weight + item.weight, first.loc)
+                    else:
+                        found[key] = ManifestEntry(
+                            asked, item.weight, ("workloads", i, "shapes", j)
+                        )
+        return list(found.values())
+
+    def to_document(self) -> dict[str, Any]:
+        """The document (JSON- and YAML-ready) this manifest was read from, in its short form."""
+        doc: dict[str, Any] = {}
+        if self.name is not None:
+            doc["name"] = self.name
+        doc["target"] = self.target
+        doc["dtype"] = self.dtype
+        if self.budget is not None:
+            doc["budget"] = self.budget
+        if self.total_budget is not None:
+            doc["total_budget"] = self.total_budget
+        doc["workloads"] = [
+            {
+                "op": g.op,
+                **({"dtype": g.dtype} if g.dtype is not None else {}),
+                **({"target": g.target} if g.target is not None else {}),
+                "shapes": [s.to_document() for s in g.shapes],
+            }
+            for g in self.workloads
+        ]
+        return doc
+
+    def dumps(self, *, fmt: str = "yaml") -> str:
+        """The document as YAML (``fmt="yaml"``) or JSON text."""
+        doc = self.to_document()
+        if fmt == "json":
+            return json.dumps(doc, indent=2) + "\n"
+        if fmt != "yaml":
+            raise InputError(f"unknown manifest format {fmt!r}; yaml or json")
+        import yaml
+
+        # Shapes one per line, in flow style, as people write them.
+        lines = []
+        for key, value in doc.items():
+            if key != "workloads":
+                text = yaml.safe_dump({key: value}, default_flow_style=False, sort_keys=False)
+                lines.append(text.rstrip())
+        lines.append("workloads:")
+        for group in doc["workloads"]:
+            head = {k: v for k, v in group.items() if k != "shapes"}
+            first = True
+            for key, value in head.items():
+                text = yaml.safe_dump(
+                    {key: value}, default_flow_style=True, sort_keys=False, width=1 << 16
+                )
+                text = text.strip().removeprefix("{").removesuffix("}")
+                lines.append(f"  {'- ' if first else '  '}{text}")
+                first = False
+            lines.append("    shapes:")
+            for shape in group["shapes"]:
+                text = yaml.safe_dump(
+                    shape, default_flow_style=True, sort_keys=False, width=1 << 16
+                ).strip()
+                lines.append(f"      - {text.removesuffix('...').strip()}")
+        return "\n".join(lines) + "\n"
+
+
+def _place(i: int, j: int, field: str, group: WorkloadGroup, *, dtype_index: int) -> Loc:
+    """Where a resolve_request error belongs: the field of the group, its shape, or the
+    manifest's default the group inherited."""
+    if field == "op":
+        return ("workloads", i, "op")
+    if field == "shape":
+        return ("workloads", i, "shapes", j)
+    if field == "dtype":
+        if group.dtype is None:
+            return ("dtype",)
+        return (
+            ("workloads", i, "dtype", dtype_index)
+            if isinstance(group.dtype, list)
+            else (
+                "workloads",
+                i,
+                "dtype",
+            )
+        )
+    return ("workloads", i, "target") if group.target is not None else ("target",)
+
+
+@dataclass(frozen=True)
+class ManifestEntry:
+    """One workload of a manifest, checked: what to tune, its weight, and where it was listed
+    (the first place, when listed more than once)."""
+
+    request: WorkloadRequest
+    weight: float
+    loc: Loc
+
+    @property
+    def workload(self) -> Workload:
+        return self.request.workload
+
+    @property
+    def where(self) -> str:
+        return where(self.loc)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading
+
+
+#: Problems named in one ManifestError (the rest are counted).
+MAX_PROBLEMS = 3
+
+
+def _structure_error(exc: ValidationError, source: str | None) -> ManifestError:
+    """The first problem's place as the error's ``loc``; the message names each problem."""
+    problems = []
+    for error in exc.errors():
+        loc = tuple(p for p in error.get("loc", ()) if isinstance(p, str | int))
+        problems.append((loc, str(error.get("msg", "invalid")).removeprefix("Value error, ")))
+    first_loc, first = problems[0]
+    message = "; ".join([first] + [f"{where(loc)}: {msg}" for loc, msg in problems[1:MAX_PROBLEMS]])
+    more = len(problems) - MAX_PROBLEMS
+    if more > 0:
+        message += f" (and {more} more problem{'s' if more > 1 else ''})"
+    return ManifestError(first_loc, message, source=source)
+
+
+def parse_manifest(doc: object, *, source: str | None = None) -> Manifest:
+    """A manifest from a decoded document (a mapping).
+
+    Raises:
+        ManifestError: the document is not a manifest; the message names the place.
+    """
+    if not isinstance(doc, Mapping):
+        raise ManifestError(
+            (),
+            f"a manifest is a mapping with a workloads list, got {type(doc).__name__}",
+            source=source,
+        )
+    try:
+        manifest = Manifest.model_validate(doc)
+    except ValidationError as exc:
+        raise _structure_error(exc, source) from None
+    manifest._source = source
+    return manifest
+
+
+def load_manifest(path: str | Path) -> Manifest:
+    """Read a manifest file: JSON when its name ends in ``.json``, YAML otherwise.
+
+    Raises:
+        ManifestError: the file is not a valid manifest (the message names the file and place).
+        InputError: the file cannot be read.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise InputError(f"cannot read manifest {path}: {reason}") from exc
+    return parse_text(text, source=str(path), as_json=path.suffix.lower() == ".json")
+
+
+def parse_text(text: str, *, source: str, as_json: bool = False) -> Manifest:
+    """A manifest from JSON or YAML text (see :func:`load_manifest`)."""
+    if as_json:
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ManifestError((), f"not JSON: {exc}", source=source) from None
+    else:
+        import yaml
+
+        try:
+            doc = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ManifestError(
+                (), f"not YAML: {' '.join(str(exc).split())}", source=source
+            ) from None
+    return parse_manifest(doc, source=source)
+
+
+# ---------------------------------------------------------------------------------------------
+# Budgets
+
+
+def spread_budget(
+    total: int, weights: Sequence[float], *, floor: int = BUDGET_FLOOR, cap: int | None = None
+) -> list[int]:
+    """Split ``total`` evaluations over workloads of ``weights`` (see the module docstring):
+    ``min(floor, total // n)`` each, then the rest in proportion to the weights, by largest
+    remainder (ties: the earlier workload). With ``cap``, no workload gets more: what it would
+    have had goes to the others, and the total is spent only as far as the caps allow.
+
+    Raises:
+        InputError: ``total`` is below the number of workloads (each needs one evaluation), or
+            a weight is not positive.
+    """
+    n = len(weights)
+    if n == 0:
+        return []
+    if any(not (math.isfinite(w) and w > 0) for w in weights):
+        raise InputError("weights must be positive, finite numbers")
+    if total < n:
+        raise InputError(
+            f"total_budget {total} is below the {n} workloads to tune: each needs at least one"
+            " evaluation"
+        )
+    if cap is not None and cap < 1:
+        raise InputError(f"cap must be at least 1, got {cap}")
+    base = min(floor, total // n)
+    if cap is not None:
+        base = min(base, cap)
+    budgets = [base] * n
+    rest = total - base * n
+    open_ = [i for i in range(n) if cap is None or budgets[i] < cap]
+    while rest > 0 and open_:
+        weight = sum(weights[i] for i in open_)
+        shares = {i: rest * weights[i] / weight for i in open_}
+        given = {i: math.floor(shares[i]) for i in open_}
+        left = rest - sum(given.values())
+        by_remainder = sorted(open_, key=lambda i: (-(shares[i] - given[i]), i))
+        for i in by_remainder[:left]:
+            given[i] += 1
+        rest = 0
+        for i in open_:
+            room = given[i] if cap is None else min(given[i], cap - budgets[i])
+            budgets[i] += room
+            rest += given[i] - room
+        open_ = [i for i in open_ if cap is None or budgets[i] < cap]
+    return budgets
+
+
+def assign_budgets(
+    manifest: Manifest, weights: Sequence[float], *, default: int, cap: int | None = None
+) -> list[int]:
+    """The budget of each workload to tune (those of ``weights``, in order): ``budget``, or
+    ``total_budget`` spread by weight, or ``default``.
+
+    Raises:
+        ManifestError: a budget above ``cap``, or a total below the workloads to tune.
+    """
+    if manifest.total_budget is not None:
+        try:
+            return spread_budget(manifest.total_budget, weights, cap=cap)
+        except InputError as exc:
+            raise ManifestError(("total_budget",), str(exc)) from None
+    per = manifest.budget if manifest.budget is not None else default
+    if cap is not None and per > cap:
+        raise ManifestError(("budget",), f"budget must be between 1 and {cap}, got {per}")
+    return [per] * len(weights)
+
+
+def manifest_of(
+    shapes: Iterable[tuple[str, str, str, Mapping[str, int], float]],
+    *,
+    name: str | None = None,
+    budget: int | None = None,
+    total_budget: int | None = None,
+) -> Manifest:
+    """A manifest of (op, target, dtype, shape, weight) tuples, one workload group per
+    (op, target, dtype) in first-seen order, the most frequent target and dtype as defaults."""
+    groups: dict[tuple[str, str, str], list[ShapeItem]] = {}
+    for op, target, dtype, shape, weight in shapes:
+        groups.setdefault((op, target, dtype), []).append(
+            ShapeItem(dims=dict(shape), weight=float(weight))
+        )
+    if not groups:
+        raise InputError("no shapes: a manifest needs one workload or more")
+    targets = [t for (_, t, _) in groups]
+    dtypes = [d for (_, _, d) in groups]
+    target = max(dict.fromkeys(targets), key=targets.count)
+    dtype = max(dict.fromkeys(dtypes), key=dtypes.count)
+    return Manifest(
+        name=name,
+        target=target,
+        dtype=dtype,
+        budget=budget,
+        total_budget=total_budget,
+        workloads=[
+            WorkloadGroup(
+                op=op,
+                dtype=None if d == dtype else d,
+                target=None if t == target else t,
+                shapes=items,
+            )
+            for (op, t, d), items in groups.items()
+        ],
+    )
