@@ -12,8 +12,10 @@ Submitting a manifest, in one transaction:
    first, so workers (which claim the oldest job first) tune what the application runs most
    first.
 
-The workloads' rows are locked in id order before any job is queued, so two batches sharing
-workloads cannot deadlock on PostgreSQL; SQLite serializes writers anyway.
+Two batches sharing workloads must not deadlock on PostgreSQL (they did, in the concurrency
+test): a new workload's row is inserted in the order of the workload keys (a second inserter
+of one key waits for the first to commit), and the rows are locked in id order before any job
+is queued. SQLite serializes writers anyway.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from tilewise.api.schemas import (
     BatchCreate,
     BatchItemPublic,
     BatchPublic,
+    BatchStatus,
     BatchSummary,
     BatchTotals,
     WorkloadPublic,
@@ -50,7 +53,11 @@ def submit(session: Session, body: BatchCreate, settings: Settings) -> BatchPubl
             f"{len(entries)} workloads in one batch; at most {settings.max_batch_workloads}"
             " (split the manifest)",
         )
-    rows = [store.commit_workload(session, e.workload) for e in entries]
+    committed = {
+        e.workload.key: store.commit_workload(session, e.workload)
+        for e in sorted(entries, key=lambda e: e.workload.key)
+    }
+    rows = [committed[e.workload.key] for e in entries]
     tuned = [
         not body.force and store.get_tiling(session, workload_id=r.id) is not None for r in rows
     ]
@@ -124,6 +131,7 @@ def _summary(batch: BatchRow, items: list[BatchItemPublic]) -> BatchSummary:
         evaluations=sum(i.evaluations for i in items),
     )
     done = not (totals.queued or totals.running)
+    status: BatchStatus
     if done:
         status = "failed" if totals.failed or totals.cancelled else "succeeded"
     else:

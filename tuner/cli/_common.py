@@ -7,6 +7,9 @@ that their commands are registered on :data:`app`.
 
 from __future__ import annotations
 
+import os
+import tempfile
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
@@ -68,3 +71,91 @@ def check_seed(seed: int | None) -> None:
     written."""
     if seed is not None and not 0 <= seed <= MAX_SEED:
         raise InputError(f"seed must be between 0 and {MAX_SEED}, got {seed}")
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file in the same directory and a rename:
+    readers see the old file or the new one, never a part."""
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temp, 0o666 & ~umask)  # mkstemp makes it 0600
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+
+
+ManifestArg = Annotated[
+    str, typer.Argument(help="A tuning manifest, YAML or JSON (see `tilewise.manifest`).")
+]
+
+#: The statuses of a manifest's workloads that count as not done: the exit code is 1.
+FAILED = ("failed", "cancelled")
+
+
+def results_table(title: str, rows: list[dict[str, Any]]) -> Any:
+    """The summary of a manifest's workloads (``tune-set``, ``submit``): one row each, with
+    what was asked, what happened and the stored result (:func:`report_failures` says why a
+    workload failed). A dtype or target shared by every row goes in the title."""
+    from rich import box
+    from rich.table import Table
+
+    shared = {
+        name: values.pop() if len(values := {r[name] for r in rows}) == 1 else None
+        for name in ("dtype", "target")
+    }
+    heading = " ".join([title, *(f"{v}" for v in shared.values() if v)])
+    table = Table(title=heading, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    columns = ["op", "shape", *(n for n, v in shared.items() if v is None)]
+    for name in columns:
+        longest = max(len(str(r[name])) for r in rows)
+        table.add_column(name, overflow="fold", min_width=min(longest, 16))
+    for name in ("weight", "budget", "status", "evals", "latency µs", "default µs", "speedup"):
+        table.add_column(name, justify="left" if name == "status" else "right", no_wrap=True)
+    for row in rows:
+        status = row["status"]
+        style = {"failed": "red", "cancelled": "red", "tuned": "dim"}.get(status, "")
+        table.add_row(
+            *(str(row[name]) for name in columns),
+            f"{row['weight']:g}",
+            "-" if row.get("budget") is None else str(row["budget"]),
+            f"[{style}]{status}[/{style}]" if style else status,
+            str(row.get("evaluations") or 0),
+            _us(row.get("latency_us")),
+            _us(row.get("default_latency_us")),
+            "-" if row.get("speedup") is None else f"{row['speedup']:.2f}x",
+        )
+    return table
+
+
+def print_table(table: Any) -> None:
+    """Print ``table`` on stdout: on a terminal at its width, into a file or pipe (a build's
+    log) at the table's own width, not folded into 80 columns."""
+    if out.is_terminal:
+        out.print(table)
+        return
+    natural = out.measure(table, options=out.options.update(max_width=1 << 12)).maximum
+    Console(width=max(out.width, natural), highlight=False).print(table)
+
+
+def report_failures(rows: list[dict[str, Any]]) -> int:
+    """One ``error:`` line on stderr per workload that failed, naming it and why; how many."""
+    failed = [r for r in rows if r["status"] in FAILED]
+    for row in failed:
+        reason = " ".join(str(row.get("error") or row["status"]).split())
+        err.print(
+            f"error: {row['where']} {row['op']} {row['shape']} {row['dtype']} {row['target']}:"
+            f" {row['status']}: {reason}",
+            **ONE_LINE,
+        )
+    return len(failed)
+
+
+def _us(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"

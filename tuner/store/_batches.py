@@ -145,5 +145,5 @@ def batch_view(session: Session, *, batch_id: int) -> list[BatchItemView]:
             None if job is None else job_row(job),
             None if tiling is None else tiling_row(tiling),
         )
-        for item, workload, job, tiling in session.execute(query).tuples()
+        for item, workload, job, tiling in session.execute(query)
     ]
