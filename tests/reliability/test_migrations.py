@@ -86,6 +86,15 @@ DATA: dict[str, list[dict[str, Any]]] = {
              started_at=T0, last_heartbeat=T0),
     ],
     "tw_job_assists": [dict(job_id=1, worker_id="host:2:cpu-twin:-", heartbeat_at=T0)],
+    "tw_batches": [
+        dict(id=1, name="build 7", force=False, created_at=T0,
+             manifest={"budget": 8, "workloads": [{"op": "scale_relu_dropout",
+                                                   "shapes": [{"N": 4096, "weight": 2}]}]}),
+    ],
+    "tw_batch_items": [
+        dict(batch_id=1, position=0, workload_id=1, weight=2.0, budget=8, job_id=1),
+        dict(batch_id=1, position=1, workload_id=2, weight=1.0, budget=None, job_id=None),
+    ],
 }  # fmt: skip
 
 

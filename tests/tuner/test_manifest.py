@@ -297,3 +297,11 @@ def test_manifest_of_groups_by_op_target_and_dtype() -> None:
         {"op": "scale_relu_dropout", "target": "ascend910b1", "shapes": [{"N": 64, "weight": 5}]},
     ]
     assert len(manifest.entries()) == 4
+
+
+def test_the_example_manifest_reads_and_spreads_its_total() -> None:
+    manifest = load_manifest(Path(__file__).resolve().parents[2] / "examples" / "manifest.yaml")
+    entries = manifest.entries()
+    assert [e.weight for e in entries] == [10.0, 3.0, 1.0]
+    budgets = assign_budgets(manifest, [e.weight for e in entries], default=40)
+    assert budgets == [11, 7, 6] and sum(budgets) == manifest.total_budget  # as in the README
