@@ -23,6 +23,7 @@ from tilewise.api import errors, routes
 from tilewise.api.lookup import LookupCache
 from tilewise.api.metrics import Metrics, MetricsMiddleware
 from tilewise.api.middleware import BodyLimit, ConcurrencyLimit
+from tilewise.api.misses import MissRecorder
 from tilewise.errors import SchemaError
 from tilewise.settings import Settings, get_settings
 from tilewise.store import open_store
@@ -57,6 +58,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             raise
         app.state.store = store
         app.state.lookup = LookupCache(store)
+        app.state.misses = MissRecorder(
+            store, flush_s=settings.misses_flush_s, max_rows=settings.max_miss_shapes
+        )
+        app.state.misses.start()
         metrics.bind(store)
         if settings.dev_mode:
             log.warning("dev mode: write endpoints accept requests without a token")
@@ -64,6 +69,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             yield
         finally:
             metrics.bind(None)
+            app.state.misses.stop()
             store.close()
 
     app = FastAPI(

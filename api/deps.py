@@ -2,7 +2,8 @@
 workload a request names (validated, with settings' bounds).
 
 The app keeps its state on ``app.state`` (set up in ``tilewise.api.app``): ``settings``, ``store``,
-``lookup`` (the in-memory tiling table) and ``metrics``.
+``lookup`` (the in-memory tiling table), ``misses`` (the shapes it answered without an exact
+entry) and ``metrics``.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from sqlalchemy.orm import Session
 
 from tilewise.api.errors import FieldError, NotFound
 from tilewise.api.lookup import LookupCache
+from tilewise.api.misses import MissRecorder
 from tilewise.api.schemas import JobCreate
 from tilewise.errors import InputError
 from tilewise.kernels.ops import OpSpec, get_op
@@ -44,7 +46,13 @@ def get_lookup(request: Request) -> LookupCache:
     return lookup
 
 
+def get_misses(request: Request) -> MissRecorder:
+    misses: MissRecorder = request.app.state.misses
+    return misses
+
+
 SettingsDep = Annotated[Settings, Depends(get_settings)]
+MissesDep = Annotated[MissRecorder, Depends(get_misses)]
 StoreDep = Annotated[Store, Depends(get_store)]
 LookupDep = Annotated[LookupCache, Depends(get_lookup)]
 

@@ -50,7 +50,8 @@ def load_from_store(store: Store) -> Table:
 
     with session_scope(store) as session:
         doc = table_document(session)
-    return TilingTable.from_document(doc, source=store.safe_url)
+    # The service counts its misses itself (tilewise.api.misses), across reloads.
+    return TilingTable.from_document(doc, source=store.safe_url, max_miss_shapes=0)
 
 
 class LookupCache:

@@ -391,3 +391,23 @@ class BatchPublic(BatchSummary):
 
 class BatchList(_Out):
     batches: list[BatchSummary]
+
+
+class MissPublic(_Out):
+    op: str
+    target: str
+    dtype: str
+    shape: dict[str, int]
+    count: int = Field(description="How often GET /v1/tilings was asked for it.")
+    source: Literal["nearest", "default"] = Field(description="The rule of its latest answer.")
+    tuned: bool = Field(description="Tuned since (at the op's current version).")
+    first_at: datetime
+    last_at: datetime
+
+
+class MissList(_Out):
+    misses: list[MissPublic]
+    dropped: int = Field(
+        description="Asks not recorded since the service started: new shapes past "
+        "settings.max_miss_shapes."
+    )

@@ -18,6 +18,8 @@ from tilewise.store import JobRow, RecordRow, RecordStatus, TilingRow, WorkloadR
 #: Records listed on a workload page (the newest); the chart uses all of them.
 MAX_RECORDS_SHOWN = 500
 JOBS_SHOWN = 50
+#: The most-asked untuned shapes listed on the index.
+MISSES_SHOWN = 20
 
 #: A workload key (``Workload.key``): 32 hex digits.
 _KEY = re.compile(r"[0-9a-f]{32}")
@@ -78,8 +80,10 @@ def index(session: Session) -> dict[str, Any]:
                 versions[workload.op] == workload.op_version,
             )
         )
+    current = {name: get_op(name).version for name in OPS}
     return {
         "tuned": tuned,
+        "misses": store.list_misses(session, untuned=current, limit=MISSES_SHOWN),
         "jobs": _jobs(session, store.list_jobs(session, limit=JOBS_SHOWN)),
         "workers": store.list_workers(session),
     }

@@ -105,6 +105,18 @@ class Settings(BaseSettings):
     max_batch_workloads: int = Field(
         default=2000, ge=1, description="Workloads one batch (a manifest) may hold."
     )
+    misses_flush_s: float = Field(
+        default=5.0,
+        gt=0,
+        description="How often the API adds the shapes GET /v1/tilings answered without an "
+        "exact entry to the database (counted in memory meanwhile).",
+    )
+    max_miss_shapes: int = Field(
+        default=100_000,
+        ge=0,
+        description="Shapes the misses table holds at most; asks of further new ones are "
+        "dropped (and counted in GET /v1/misses).",
+    )
     cors_origins: list[str] = Field(default_factory=list, description="Closed unless listed.")
 
     # Workers and jobs

@@ -1,4 +1,5 @@
-"""/v1/tilings (lookup for one shape) and /v1/tables (the exported tiling tables)."""
+"""/v1/tilings (lookup for one shape), /v1/misses (the shapes it answered without an exact
+entry) and /v1/tables (the exported tiling tables)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,19 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
-from tilewise.api.deps import LookupDep, OpDep, SessionDep, TableFiltersDep, WorkloadQueryDep
-from tilewise.api.schemas import LookupPublic, WorkloadPublic
+from tilewise.api import misses as missing
+from tilewise.api.deps import (
+    LookupDep,
+    MissesDep,
+    OpDep,
+    SessionDep,
+    TableFiltersDep,
+    WorkloadQueryDep,
+    blame,
+)
+from tilewise.api.schemas import LookupPublic, MissList, WorkloadPublic
 from tilewise.export import render_header, table_document
+from tilewise.kernels.ops import get_op
 
 router = APIRouter(prefix="/v1", tags=["tilings"])
 
@@ -17,18 +28,65 @@ _NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"description": "No such op.
 
 
 @router.get("/tilings/{op}", response_model=LookupPublic, responses=_NOT_FOUND)
-def lookup_tiling(what: WorkloadQueryDep, lookup: LookupDep) -> LookupPublic:
+def lookup_tiling(what: WorkloadQueryDep, lookup: LookupDep, misses: MissesDep) -> LookupPublic:
     """The tiling to launch ``op`` with for one shape: the tuned one (exact), the nearest tuned
-    shape's when valid for this shape (nearest), else the op's default heuristic (default)."""
-    answer = lookup.lookup(
-        what.spec.name, target=what.target.name, dtype=what.dtype, shape=what.shape
-    )
+    shape's when valid for this shape (nearest), else the op's default heuristic (default).
+    A shape answered without an exact entry is counted (``GET /v1/misses``)."""
+    op, target = what.spec.name, what.target.name
+    answer = lookup.lookup(op, target=target, dtype=what.dtype, shape=what.shape)
+    if answer.source != "exact":
+        misses.record(op, target, what.dtype, what.shape, answer.source)
     return LookupPublic(
         tiling=dict(answer.tiling),
         source=answer.source,
         workload=None if answer.workload is None else WorkloadPublic.of(answer.workload),
         latency_us=answer.latency_us,
         distance=answer.distance,
+    )
+
+
+@router.get(
+    "/misses",
+    response_model=MissList,
+    responses={
+        200: {
+            "description": "The misses, or with format=manifest a tuning manifest of the "
+            "untuned ones (weights: how often each was asked).",
+            "content": {"application/json": {}},
+        },
+        404: {"description": "format=manifest, and no untuned shape was asked."},
+    },
+)
+def list_misses(
+    recorder: MissesDep,
+    session: SessionDep,
+    filters: TableFiltersDep,
+    op: Annotated[str | None, Query(description="Only this op.")] = None,
+    include_tuned: Annotated[
+        bool, Query(description="Also shapes tuned since they were asked.")
+    ] = False,
+    limit: Annotated[int, Query(ge=1, le=100_000)] = 1000,
+    format: Annotated[Literal["json", "manifest"], Query()] = "json",
+    budget: Annotated[int | None, Query(ge=1, description="format=manifest: per workload.")] = None,
+    total_budget: Annotated[
+        int | None, Query(ge=1, description="format=manifest: spread by weight.")
+    ] = None,
+) -> Any:
+    """The shapes ``GET /v1/tilings`` answered without an exact entry, most asked first: by
+    default those not tuned since. ``format=manifest``: a tuning manifest of them, weights =
+    how often each was asked, for ``POST /v1/batches`` or ``tilewise tune-set``."""
+    if op is not None:
+        with blame("query", "op"):
+            op = get_op(op).name
+    return missing.listing(
+        session,
+        recorder,
+        op=op,
+        target=filters.target,
+        dtype=filters.dtype,
+        include_tuned=include_tuned,
+        limit=limit,
+        manifest={"budget": budget, "total_budget": total_budget} if format == "manifest" else None,
     )
 
 

@@ -95,6 +95,11 @@ DATA: dict[str, list[dict[str, Any]]] = {
         dict(batch_id=1, position=0, workload_id=1, weight=2.0, budget=8, job_id=1),
         dict(batch_id=1, position=1, workload_id=2, weight=1.0, budget=None, job_id=None),
     ],
+    "tw_misses": [
+        dict(op="linear_add_gelu", target="cpu-twin", dtype="float32", shape_key="K=64,M=7,N=64",
+             shape={"M": 7, "N": 64, "K": 64}, count=12, source="nearest", first_at=T0,
+             last_at=T0 + timedelta(hours=2)),
+    ],
 }  # fmt: skip
 
 

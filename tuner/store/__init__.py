@@ -15,7 +15,8 @@ a :class:`~sqlalchemy.orm.Session` and keyword-only arguments, flushes but never
 caller's ``session_scope`` does), and returns frozen ``*Row`` values that stay valid after the
 session is closed. "Now" is this host's UTC clock (``now=`` overrides it, for tests). They live
 in one module per aggregate: workloads and records, the tiling table, jobs and their leases, a
-job's evaluations and assistants, batches of jobs (a submitted manifest), workers.
+job's evaluations and assistants, batches of jobs (a submitted manifest), workers, and the
+shapes the service answered without an exact entry (misses).
 
 Optuna's RDB storage may share the database: our tables are ``tw_*`` and our Alembic version
 table is ``tilewise_alembic_version``.
@@ -67,6 +68,7 @@ from tilewise.store._jobs import (
     renew_lease,
     update_job_progress,
 )
+from tilewise.store._misses import MissRow, list_misses, record_misses
 from tilewise.store._records import (
     SOURCE_PREDICTED,
     SOURCE_REMEASURE,
@@ -105,6 +107,7 @@ __all__ = [
     "BatchRow",
     "JobRow",
     "JobStatus",
+    "MissRow",
     "RecordRow",
     "RecordSource",
     "RecordStatus",
@@ -144,12 +147,14 @@ __all__ = [
     "job_evaluations",
     "list_batches",
     "list_jobs",
+    "list_misses",
     "list_workers",
     "lock_workload",
     "may_tag_record",
     "migrate",
     "open_store",
     "optuna_engine_kwargs",
+    "record_misses",
     "records_for",
     "release_job",
     "renew_assist",

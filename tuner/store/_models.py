@@ -250,5 +250,21 @@ class BatchItemModel(Base):
     job_id: Mapped[int | None] = mapped_column(ForeignKey("tw_jobs.id"))
 
 
+class MissModel(Base):
+    """A shape the service answered without an exact entry, and how often it was asked."""
+
+    __tablename__ = "tw_misses"
+
+    op: Mapped[str] = mapped_column(String(64), primary_key=True)
+    target: Mapped[str] = mapped_column(String(64), primary_key=True)
+    dtype: Mapped[str] = mapped_column(String(16), primary_key=True)
+    shape_key: Mapped[str] = mapped_column(String(255), primary_key=True)
+    shape: Mapped[dict[str, int]] = mapped_column(json_type())
+    count: Mapped[int] = mapped_column(BigInteger())
+    source: Mapped[str] = mapped_column(String(16))  # the rule of the latest answer
+    first_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    last_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
 #: Our tables: what migrations manage and what "does the schema exist" looks for.
 TABLE_NAMES: frozenset[str] = frozenset(Base.metadata.tables)

@@ -37,6 +37,7 @@ OUR_TABLES = {
     "tw_workers",
     "tw_batches",
     "tw_batch_items",
+    "tw_misses",
 }
 
 

@@ -1,45 +1,12 @@
-"""Tuning manifests: the ops, dtypes, targets and shapes an application runs, in one file.
-
-A build system lists what its application runs and hands the file to ``tilewise tune-set``
-(tuned here) or ``tilewise submit`` (tuned by a service, as one batch)::
-
-    name: llama-7b-mlp          # optional, shown with the batch
-    target: cpu-twin            # default for every workload (default: cpu-twin)
-    dtype: float32              # default for every workload (default: float32)
-    budget: 40                  # evaluations per workload, or
-    # total_budget: 400         # evaluations for the whole manifest, spread by weight
-    workloads:
-      - op: linear_add_gelu
-        dtype: [float32, float16]   # one dtype or several
-        shapes:
-          - {M: 1, N: 4096, K: 4096, weight: 10}   # weight: how often the application runs it
-          - M=128,N=4096,K=4096                    # the command line's form; weight 1
-
-YAML or JSON (a ``.json`` file is read as JSON, anything else as YAML). A shape is a mapping of
-every dim of the op plus an optional ``weight`` (a positive number, default 1), or the
-``M=1,N=4096,K=4096`` text of the command line. The same workload listed twice is tuned once,
-with the sum of the weights.
-
-**Budgets.** ``budget`` gives every workload that many measured evaluations; without it and
-without ``total_budget`` the tuner's default applies (settings.default_budget). ``total_budget``
-is spread over the workloads that are tuned (already tuned ones are skipped and get none) by
-:func:`spread_budget`: each first gets a floor of ``min(5, total // n)`` evaluations (the
-default tiling and the nearest tuned shapes' best four, which the tuner measures before its
-own proposals), and the rest goes out in proportion to the weights, rounded by largest
-remainder so that the budgets add up to the total exactly. So a workload run ten times as often
-gets about ten times the search, and none is left with nothing: the way TVM's task scheduler
-spends a tuning budget over weighted tasks, decided up front instead of round by round.
-
-Every error names its place: ``workloads[0].shapes[1]: linear_add_gelu: missing dim K``
-(:class:`ManifestError`, an :class:`~tilewise.errors.InputError` whose ``loc`` the service turns
-into the 422's ``loc``).
-"""
+"""The manifest's model: its document, its checks against the ops, and where an error is."""
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+import os
+import tempfile
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,25 +27,6 @@ from pydantic_core import CoreSchema, InitErrorDetails, PydanticCustomError
 from tilewise.errors import InputError
 from tilewise.kernels.request import RequestError, WorkloadRequest, resolve_request
 from tilewise.types import MAX_DIM, Shape, Workload
-
-__all__ = [
-    "BUDGET_FLOOR",
-    "Manifest",
-    "ManifestEntry",
-    "ManifestError",
-    "ShapeItem",
-    "WorkloadGroup",
-    "assign_budgets",
-    "load_manifest",
-    "manifest_of",
-    "parse_manifest",
-    "parse_text",
-    "spread_budget",
-]
-
-#: Evaluations every workload gets first when a total budget is spread (see the module
-#: docstring): the default tiling plus the nearest tuned shapes' best four.
-BUDGET_FLOOR = 5
 
 #: The largest budget a manifest may ask for (per workload or in total): far above any tune.
 MAX_BUDGET = 10_000_000
@@ -103,10 +51,6 @@ class ManifestError(InputError):
         super().__init__(f"{head}{where(loc)}: {message}")
         self.loc = tuple(loc)
         self.reason = message
-
-
-# ---------------------------------------------------------------------------------------------
-# The document
 
 
 def _error(kind: str, message: str, loc: Loc, value: object) -> InitErrorDetails:
@@ -328,6 +272,21 @@ class Manifest(BaseModel):
                 lines.append(f"      - {text.removesuffix('...').strip()}")
         return "\n".join(lines) + "\n"
 
+    def write(self, path: str | Path) -> None:
+        """Write the document to ``path``, JSON for a ``.json`` name and YAML otherwise, through
+        a temporary file and a rename (a reader sees the old file or the new one)."""
+        path = Path(path)
+        text = self.dumps(fmt="json" if path.suffix.lower() == ".json" else "yaml")
+        fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                handle.write(text)
+            os.chmod(temp, 0o644)
+            os.replace(temp, path)
+        except BaseException:
+            Path(temp).unlink(missing_ok=True)
+            raise
+
 
 def _place(i: int, j: int, field: str, group: WorkloadGroup, *, dtype_index: int) -> Loc:
     """Where a resolve_request error belongs: the field of the group, its shape, or the
@@ -369,154 +328,6 @@ class ManifestEntry:
         return where(self.loc)
 
 
-# ---------------------------------------------------------------------------------------------
-# Reading
-
-
-#: Problems named in one ManifestError (the rest are counted).
-MAX_PROBLEMS = 3
-
-
-def _structure_error(exc: ValidationError, source: str | None) -> ManifestError:
-    """The first problem's place as the error's ``loc``; the message names each problem."""
-    problems = []
-    for error in exc.errors():
-        loc = tuple(p for p in error.get("loc", ()) if isinstance(p, str | int))
-        problems.append((loc, str(error.get("msg", "invalid")).removeprefix("Value error, ")))
-    first_loc, first = problems[0]
-    message = "; ".join([first] + [f"{where(loc)}: {msg}" for loc, msg in problems[1:MAX_PROBLEMS]])
-    more = len(problems) - MAX_PROBLEMS
-    if more > 0:
-        message += f" (and {more} more problem{'s' if more > 1 else ''})"
-    return ManifestError(first_loc, message, source=source)
-
-
-def parse_manifest(doc: object, *, source: str | None = None) -> Manifest:
-    """A manifest from a decoded document (a mapping).
-
-    Raises:
-        ManifestError: the document is not a manifest; the message names the place.
-    """
-    if not isinstance(doc, Mapping):
-        raise ManifestError(
-            (),
-            f"a manifest is a mapping with a workloads list, got {type(doc).__name__}",
-            source=source,
-        )
-    try:
-        manifest = Manifest.model_validate(doc)
-    except ValidationError as exc:
-        raise _structure_error(exc, source) from None
-    manifest._source = source
-    return manifest
-
-
-def load_manifest(path: str | Path) -> Manifest:
-    """Read a manifest file: JSON when its name ends in ``.json``, YAML otherwise.
-
-    Raises:
-        ManifestError: the file is not a valid manifest (the message names the file and place).
-        InputError: the file cannot be read.
-    """
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-        raise InputError(f"cannot read manifest {path}: {reason}") from exc
-    return parse_text(text, source=str(path), as_json=path.suffix.lower() == ".json")
-
-
-def parse_text(text: str, *, source: str, as_json: bool = False) -> Manifest:
-    """A manifest from JSON or YAML text (see :func:`load_manifest`)."""
-    if as_json:
-        try:
-            doc = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ManifestError((), f"not JSON: {exc}", source=source) from None
-    else:
-        import yaml
-
-        try:
-            doc = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise ManifestError(
-                (), f"not YAML: {' '.join(str(exc).split())}", source=source
-            ) from None
-    return parse_manifest(doc, source=source)
-
-
-# ---------------------------------------------------------------------------------------------
-# Budgets
-
-
-def spread_budget(
-    total: int, weights: Sequence[float], *, floor: int = BUDGET_FLOOR, cap: int | None = None
-) -> list[int]:
-    """Split ``total`` evaluations over workloads of ``weights`` (see the module docstring):
-    ``min(floor, total // n)`` each, then the rest in proportion to the weights, by largest
-    remainder (ties: the earlier workload). With ``cap``, no workload gets more: what it would
-    have had goes to the others, and the total is spent only as far as the caps allow.
-
-    Raises:
-        InputError: ``total`` is below the number of workloads (each needs one evaluation), or
-            a weight is not positive.
-    """
-    n = len(weights)
-    if n == 0:
-        return []
-    if any(not (math.isfinite(w) and w > 0) for w in weights):
-        raise InputError("weights must be positive, finite numbers")
-    if total < n:
-        raise InputError(
-            f"total_budget {total} is below the {n} workloads to tune: each needs at least one"
-            " evaluation"
-        )
-    if cap is not None and cap < 1:
-        raise InputError(f"cap must be at least 1, got {cap}")
-    base = min(floor, total // n)
-    if cap is not None:
-        base = min(base, cap)
-    budgets = [base] * n
-    rest = total - base * n
-    open_ = [i for i in range(n) if cap is None or budgets[i] < cap]
-    while rest > 0 and open_:
-        weight = sum(weights[i] for i in open_)
-        shares = {i: rest * weights[i] / weight for i in open_}
-        given = {i: math.floor(shares[i]) for i in open_}
-        left = rest - sum(given.values())
-        by_remainder = sorted(open_, key=lambda i: (-(shares[i] - given[i]), i))
-        for i in by_remainder[:left]:
-            given[i] += 1
-        rest = 0
-        for i in open_:
-            room = given[i] if cap is None else min(given[i], cap - budgets[i])
-            budgets[i] += room
-            rest += given[i] - room
-        open_ = [i for i in open_ if cap is None or budgets[i] < cap]
-    return budgets
-
-
-def assign_budgets(
-    manifest: Manifest, weights: Sequence[float], *, default: int, cap: int | None = None
-) -> list[int]:
-    """The budget of each workload to tune (those of ``weights``, in order): ``budget``, or
-    ``total_budget`` spread by weight, or ``default``.
-
-    Raises:
-        ManifestError: a budget above ``cap``, or a total below the workloads to tune.
-    """
-    if manifest.total_budget is not None:
-        try:
-            return spread_budget(manifest.total_budget, weights, cap=cap)
-        except InputError as exc:
-            raise ManifestError(("total_budget",), str(exc)) from None
-    per = manifest.budget if manifest.budget is not None else default
-    if cap is not None and per > cap:
-        raise ManifestError(("budget",), f"budget must be between 1 and {cap}, got {per}")
-    return [per] * len(weights)
-
-
 def manifest_of(
     shapes: Iterable[tuple[str, str, str, Mapping[str, int], float]],
     *,
@@ -526,11 +337,15 @@ def manifest_of(
 ) -> Manifest:
     """A manifest of (op, target, dtype, shape, weight) tuples, one workload group per
     (op, target, dtype) in first-seen order, the most frequent target and dtype as defaults."""
+    from tilewise.kernels.ops import OPS, get_op
+
     groups: dict[tuple[str, str, str], list[ShapeItem]] = {}
     for op, target, dtype, shape, weight in shapes:
-        groups.setdefault((op, target, dtype), []).append(
-            ShapeItem(dims=dict(shape), weight=float(weight))
-        )
+        # Dims in the op's order, as people write them (M, N, K).
+        known = get_op(op).dims if op in OPS else ()
+        order = known if set(known) == set(shape) else sorted(shape)
+        dims = {d: int(shape[d]) for d in order}
+        groups.setdefault((op, target, dtype), []).append(ShapeItem(dims=dims, weight=weight))
     if not groups:
         raise InputError("no shapes: a manifest needs one workload or more")
     targets = [t for (_, t, _) in groups]
