@@ -14,13 +14,25 @@ import sys
 import typer
 from typer.exceptions import TyperException
 
-from tilewise.cli import bench, check, db, export, ops, service, show, submit, tune, tune_set
+from tilewise.cli import (
+    bench,
+    check,
+    db,
+    export,
+    misses,
+    ops,
+    service,
+    show,
+    submit,
+    tune,
+    tune_set,
+)
 from tilewise.cli._common import ONE_LINE, app, err
 from tilewise.errors import TilewiseError
 
 __all__ = ["app", "main"]
 
-COMMANDS = (ops, tune, tune_set, submit, show, check, export, service, bench, db)
+COMMANDS = (ops, tune, tune_set, submit, misses, show, check, export, service, bench, db)
 
 
 def main() -> None:

@@ -159,3 +159,20 @@ def report_failures(rows: list[dict[str, Any]]) -> int:
 
 def _us(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
+
+
+def missing_sqlite_file(url: str) -> bool:
+    """Whether ``url`` names a SQLite file that does not exist (nothing was ever stored)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return False  # not a URL at all: opening it says so (a traceback here before)
+    database = parsed.database or ""
+    return (
+        parsed.get_backend_name() == "sqlite"
+        and database not in ("", ":memory:")
+        and not Path(database).exists()
+    )

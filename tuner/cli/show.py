@@ -15,6 +15,7 @@ from tilewise.cli._common import (
     TargetOpt,
     app,
     fail,
+    missing_sqlite_file,
     out,
     settings_for,
     workload_request,
@@ -78,21 +79,3 @@ def show(
             f"latency {best.latency_us:.1f} us, speedup over default {speed}, "
             f"{best.evaluations} evaluations"
         )
-
-
-def missing_sqlite_file(url: str) -> bool:
-    from pathlib import Path
-
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
-
-    try:
-        parsed = make_url(url)
-    except ArgumentError:
-        return False  # not a URL at all: opening it says so (a traceback here before)
-    database = parsed.database or ""
-    return (
-        parsed.get_backend_name() == "sqlite"
-        and database not in ("", ":memory:")
-        and not Path(database).exists()
-    )
