@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tilewise.errors import InputError
 from tilewise.manifest import (
@@ -305,3 +307,40 @@ def test_the_example_manifest_reads_and_spreads_its_total() -> None:
     assert [e.weight for e in entries] == [10.0, 3.0, 1.0]
     budgets = assign_budgets(manifest, [e.weight for e in entries], default=40)
     assert budgets == [11, 7, 6] and sum(budgets) == manifest.total_budget  # as in the README
+
+
+# Documents of the right shape with wrong parts anywhere: what a hand-written manifest holds.
+_SCALAR = st.one_of(
+    st.none(), st.booleans(), st.integers(-5, 1 << 25), st.floats(allow_nan=True),
+    st.text(max_size=12), st.sampled_from(["float32", "fp16", "cpu-twin", "N=8", "M=1,N=2,K=3"]),
+)  # fmt: skip
+_SHAPE = st.one_of(
+    st.dictionaries(st.sampled_from(["N", "M", "K", "T", "I", "weight", ""]), _SCALAR, max_size=4),
+    _SCALAR,
+)
+_GROUP = st.fixed_dictionaries(
+    {"op": st.one_of(st.sampled_from(["scale_relu_dropout", "linear_add_gelu", "swiglu"]), _SCALAR)},
+    optional={"shapes": st.lists(_SHAPE, max_size=3), "dtype": _SCALAR, "target": _SCALAR,
+              "budget": _SCALAR},
+)  # fmt: skip
+_DOC = st.fixed_dictionaries(
+    {"workloads": st.one_of(st.lists(_GROUP, max_size=3), _SCALAR)},
+    optional={"budget": _SCALAR, "total_budget": _SCALAR, "target": _SCALAR, "dtype": _SCALAR,
+              "name": _SCALAR},
+)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(doc=st.one_of(_DOC, _SCALAR))
+def test_any_document_is_a_manifest_or_a_manifest_error(doc: object) -> None:
+    try:
+        manifest = parse_manifest(doc, source="fuzz")
+        entries = manifest.entries(max_elements=1 << 28)
+    except ManifestError as exc:
+        assert str(exc).startswith("fuzz: "), exc  # the source, then the place
+        return
+    assert entries and all(e.weight > 0 for e in entries)
+    again = parse_text(manifest.dumps(), source="again")
+    assert [(e.workload, e.weight) for e in again.entries()] == [
+        (e.workload, e.weight) for e in entries
+    ]

@@ -168,11 +168,16 @@ class Manifest(BaseModel):
     name: str | None = Field(default=None, max_length=200)
     target: str = "cpu-twin"
     dtype: str = "float32"
+    # Strict: a budget of `true` or "40" is a mistake to report, not a number to guess.
     budget: int | None = Field(
-        default=None, ge=1, le=MAX_BUDGET, description="Evaluations per workload."
+        default=None, ge=1, le=MAX_BUDGET, strict=True, description="Evaluations per workload."
     )
     total_budget: int | None = Field(
-        default=None, ge=1, le=MAX_BUDGET, description="Evaluations in all, spread by weight."
+        default=None,
+        ge=1,
+        le=MAX_BUDGET,
+        strict=True,
+        description="Evaluations in all, spread by weight.",
     )
     workloads: list[WorkloadGroup] = Field(min_length=1)
     #: The file (or URL) it was read from, named in the errors of :meth:`entries`.
