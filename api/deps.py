@@ -46,7 +46,8 @@ def get_lookup(request: Request) -> LookupCache:
     return lookup
 
 
-def get_misses(request: Request) -> MissRecorder:
+async def get_misses(request: Request) -> MissRecorder:
+    # async: a sync dependency would cost every GET /v1/tilings a trip to the thread pool.
     misses: MissRecorder = request.app.state.misses
     return misses
 

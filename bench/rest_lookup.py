@@ -5,7 +5,9 @@
 Seeds a fresh SQLite database with tuned linear_add_gelu workloads, starts the API the way a
 user does (`tilewise serve --workers 0`, one API process), and sends requests on a fixed
 schedule from one client: half for tuned shapes (exact), half for untuned ones (nearest or
-default). Prints p50/p99 latency, the throughput held, and errors, with the machine and date.
+default). Prints p50/p99 latency, the throughput held, errors, and the CPU time the API process
+spent per request (Linux; unlike the latency, barely moved by other load on the host), with the
+machine and date.
 """
 
 from __future__ import annotations
@@ -80,6 +82,15 @@ def seed(url: str, n: int, rng: random.Random) -> list[dict[str, int]]:
     return shapes
 
 
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time of process ``pid`` so far (None where /proc is not there)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rate", type=float, default=200.0, help="requests per second")
@@ -122,6 +133,7 @@ def main() -> None:
                     time.sleep(0.1)
                 latencies: list[float] = []
                 errors = 0
+                cpu_before = cpu_seconds(server.pid)
                 interval, start = 1.0 / args.rate, time.perf_counter()
                 total = int(args.rate * args.seconds)
                 for i in range(total):
@@ -142,6 +154,7 @@ def main() -> None:
                     latencies.append((time.perf_counter() - t0) * 1e6)
                     errors += response.status_code != 200
                 elapsed = time.perf_counter() - start
+                cpu_after = cpu_seconds(server.pid)
         finally:
             server.send_signal(signal.SIGTERM)
             server.wait(timeout=30)
@@ -161,6 +174,11 @@ def main() -> None:
                 "errors": errors,
                 "p50_us": round(statistics.median(latencies), 1),
                 "p99_us": round(q[98], 1),
+                "api_cpu_us_per_request": (
+                    None
+                    if cpu_before is None or cpu_after is None
+                    else round((cpu_after - cpu_before) / len(latencies) * 1e6, 1)
+                ),
                 "tuned_workloads": len(tuned),
             },
             indent=2,
