@@ -35,7 +35,7 @@ from tilewise.errors import StoreError
 from tilewise.kernels.backends import Backend
 from tilewise.kernels.ops import OpSpec
 from tilewise.kernels.targets import TargetProfile
-from tilewise.search import _remeasure
+from tilewise.search import _remeasure, _study
 from tilewise.search._evaluate import Evaluator, JobTag, Outcome, Progress
 from tilewise.search._loop import AskTellLoop
 from tilewise.search._remeasure import Measured
@@ -206,9 +206,26 @@ class Tuner(Evaluator):
             )
         default = self.spec.default_tiling(self.shape, self.dtype, self.target)
         best, default_measured = self.finish(default)
+        if best is not None:
+            self._record_outcome(best, default_measured)
         return TuneResult(
             self.workload, best, default_measured, progress, time.monotonic() - started
         )
+
+    def _record_outcome(self, best: Measured, default: Measured | None) -> None:
+        attrs: dict[str, Any] = {"best_latency_us": best.latency_us}
+        if default is not None:
+            attrs["default_latency_us"] = default.latency_us
+            attrs["speedup"] = default.latency_us / best.latency_us
+        try:
+            storage = optuna_storage(self.db.url)
+        except sqlalchemy.exc.SQLAlchemyError as exc:
+            log.warning("%s: the Optuna study is out of reach: %s", self.workload.study_name, exc)
+            return
+        try:
+            _study.record_outcome(storage, self.workload.study_name, attrs)
+        finally:
+            storage.engine.dispose()
 
     def _search(
         self,
@@ -228,6 +245,7 @@ class Tuner(Evaluator):
             direction="minimize",
             load_if_exists=True,
         )
+        _study.describe(study, self.workload, strategy=self.strategy)
         default = self.spec.default_tiling(self.shape, self.dtype, self.target)
         for tiling in self._warm_start():
             study.enqueue_trial(dict(tiling), skip_if_exists=True)
