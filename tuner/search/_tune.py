@@ -247,11 +247,13 @@ class Tuner(Evaluator):
         )
         _study.describe(study, self.workload, strategy=self.strategy)
         default = self.spec.default_tiling(self.shape, self.dtype, self.target)
+        if default.key() not in self.seen:
+            # First, so that even a budget the warm start would fill measures the default the
+            # winner is compared with. skip_if_exists: another worker on this study may have
+            # queued it already.
+            study.enqueue_trial(dict(default), skip_if_exists=True)
         for tiling in self._warm_start():
             study.enqueue_trial(dict(tiling), skip_if_exists=True)
-        if default.key() not in self.seen:
-            # skip_if_exists: another worker on this study may have queued it already.
-            study.enqueue_trial(dict(default), skip_if_exists=True)
         loop = _TunerLoop(
             self,
             study,
