@@ -1,0 +1,294 @@
+// A host program calling linear_add_gelu as an application calls an aclnn operator: phase one
+// with the tensors (tiling from the tuned table, workspace size, executor), phase two with the
+// workspace, then the output checked against a float64 reference computed here.
+//
+//   linear_add_gelu_host [--shape M=37,N=96,K=80] [--default] [--repeats 5] [--seed 0] [--json]
+//
+// Exit code 0 when the output matches, 1 when it does not, 2 on bad arguments or a failed call.
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "aclnn_linear_add_gelu.h"
+#include "tilewise_linear_add_gelu.h"
+
+namespace {
+
+// The op's tolerance (tilewise's LinearAddGelu.tolerance for float32), numpy.allclose's rule:
+// |out - ref| <= kAtol + kRtol * |ref|.
+constexpr double kRtol = 1e-3;
+constexpr double kAtol = 1e-3;
+
+struct Args {
+    int64_t m = 37, n = 96, k = 80;
+    bool useTable = true;
+    int repeats = 5;
+    uint64_t seed = 0;
+    bool json = false;
+};
+
+[[noreturn]] void Usage(const std::string& problem)
+{
+    std::fprintf(stderr,
+                 "error: %s\nusage: linear_add_gelu_host [--shape M=..,N=..,K=..] [--default] [--repeats N] "
+                 "[--seed S] [--json]\n",
+                 problem.c_str());
+    std::exit(2);
+}
+
+int64_t ParseInt(const std::string& text, const std::string& what, int64_t low, int64_t high)
+{
+    char* end = nullptr;
+    errno = 0;
+    const long long v = std::strtoll(text.c_str(), &end, 10);
+    if (text.empty() || *end != '\0' || errno != 0 || v < low || v > high) {
+        Usage(what + " must be an integer in " + std::to_string(low) + ".." + std::to_string(high) + ", got '" +
+              text + "'");
+    }
+    return v;
+}
+
+Args ParseArgs(int argc, char** argv)
+{
+    Args a;
+    for (int i = 1; i < argc; ++i) {
+        const std::string arg = argv[i];
+        auto value = [&]() -> std::string {
+            if (i + 1 >= argc) Usage(arg + " needs a value");
+            return argv[++i];
+        };
+        if (arg == "--shape") {
+            std::string text = value();
+            bool seen[3] = {false, false, false};
+            size_t start = 0;
+            while (start <= text.size()) {
+                const size_t comma = std::min(text.find(',', start), text.size());
+                const std::string item = text.substr(start, comma - start);
+                const size_t eq = item.find('=');
+                const std::string dim = item.substr(0, eq);
+                const int idx = dim == "M" ? 0 : dim == "N" ? 1 : dim == "K" ? 2 : -1;
+                if (eq == std::string::npos || idx < 0) Usage("--shape takes M=..,N=..,K=.., got '" + text + "'");
+                const int64_t v = ParseInt(item.substr(eq + 1), dim, 1, 1 << 16);
+                (idx == 0 ? a.m : idx == 1 ? a.n : a.k) = v;
+                seen[idx] = true;
+                start = comma + 1;
+            }
+            if (!(seen[0] && seen[1] && seen[2])) Usage("--shape needs M, N and K");
+        } else if (arg == "--default") {
+            a.useTable = false;
+        } else if (arg == "--repeats") {
+            a.repeats = int(ParseInt(value(), "--repeats", 0, 10000));
+        } else if (arg == "--seed") {
+            a.seed = uint64_t(ParseInt(value(), "--seed", 0, std::numeric_limits<int64_t>::max()));
+        } else if (arg == "--json") {
+            a.json = true;
+        } else {
+            Usage("unknown argument '" + arg + "'");
+        }
+    }
+    return a;
+}
+
+double GeluTanh(double x)
+{
+    const double inner = std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x);
+    return 0.5 * x * (1.0 + std::tanh(inner));
+}
+
+struct Tensors {
+    std::vector<float> x, w, bias, out;
+    aclTensor tx, tw, tbias, tout;
+};
+
+void Bind(Tensors& t, const Args& a)
+{
+    t.tx = aclTensor{t.x.data(), ACL_FLOAT, {a.m, a.k}, 2};
+    t.tw = aclTensor{t.w.data(), ACL_FLOAT, {a.k, a.n}, 2};
+    t.tbias = aclTensor{t.bias.data(), ACL_FLOAT, {a.n}, 1};
+    t.tout = aclTensor{t.out.data(), ACL_FLOAT, {a.m, a.n}, 2};
+}
+
+[[noreturn]] void CallFailed(const char* phase, aclnnStatus status)
+{
+    std::fprintf(stderr, "error: %s returned %d: %s\n", phase, int(status), aclGetRecentErrMsg());
+    std::exit(2);
+}
+
+// Both phases once; the plan phase one chose, and each phase's time in microseconds.
+LinearAddGeluPlan RunOnce(Tensors& t, std::vector<uint8_t>& workspace, double& planUs, double& launchUs)
+{
+    using Clock = std::chrono::steady_clock;
+    uint64_t workspaceSize = 0;
+    aclOpExecutor* executor = nullptr;
+    const auto t0 = Clock::now();
+    aclnnStatus status =
+        aclnnLinearAddGeluGetWorkspaceSize(&t.tx, &t.tw, &t.tbias, &t.tout, &workspaceSize, &executor);
+    const auto t1 = Clock::now();
+    if (status != ACLNN_SUCCESS) CallFailed("aclnnLinearAddGeluGetWorkspaceSize", status);
+    const LinearAddGeluPlan plan = *LinearAddGeluExecutorPlan(executor);  // the launch frees it
+    if (workspace.size() < workspaceSize) workspace.resize(workspaceSize);  // aclrtMalloc's role
+    const auto t2 = Clock::now();
+    status = aclnnLinearAddGelu(workspaceSize > 0 ? workspace.data() : nullptr, workspaceSize, executor, nullptr);
+    const auto t3 = Clock::now();
+    if (status != ACLNN_SUCCESS) CallFailed("aclnnLinearAddGelu", status);
+    planUs = std::chrono::duration<double, std::micro>(t1 - t0).count();
+    launchUs = std::chrono::duration<double, std::micro>(t3 - t2).count();
+    return plan;
+}
+
+double Median(std::vector<double> v)
+{
+    if (v.empty()) return std::nan("");
+    std::sort(v.begin(), v.end());
+    const size_t h = v.size() / 2;
+    return v.size() % 2 ? v[h] : 0.5 * (v[h - 1] + v[h]);
+}
+
+// The struct's fields as tilewise's OpSpec.tiling_struct names them.
+std::vector<std::pair<std::string, int32_t>> StructFields(const lag_host::LinearAddGeluTilingData& d)
+{
+    std::vector<std::pair<std::string, int32_t>> fields;
+#define LAG_FIELD(name) fields.emplace_back("cube." #name, d.cube.name);
+    LAG_CUBE_FIELDS(LAG_FIELD)
+#undef LAG_FIELD
+    fields.emplace_back("epiRows", d.epiRows);
+    return fields;
+}
+
+std::vector<std::pair<std::string, int32_t>> TunableFields(const lag_host::Tunables& t)
+{
+    return {{"baseM", t.baseM},     {"baseN", t.baseN},           {"baseK", t.baseK},
+            {"stepM", t.stepM},     {"stepN", t.stepN},           {"depthA1", t.depthA1},
+            {"depthB1", t.depthB1}, {"dbL0C", t.dbL0C},           {"iterateOrder", t.iterateOrder},
+            {"epiRows", t.epiRows}, {"singleCoreM", t.singleCoreM}, {"singleCoreN", t.singleCoreN}};
+}
+
+std::string JsonString(const std::string& s)
+{
+    std::string out = "\"";
+    for (char c : s) {
+        if (c == '"' || c == '\\') out += '\\';
+        out += c;
+    }
+    return out + "\"";
+}
+
+std::string JsonFields(const std::vector<std::pair<std::string, int32_t>>& fields)
+{
+    std::string out = "{";
+    for (size_t i = 0; i < fields.size(); ++i) {
+        out += (i ? ", " : "") + JsonString(fields[i].first) + ": " + std::to_string(fields[i].second);
+    }
+    return out + "}";
+}
+
+std::string Number(double v)
+{
+    if (!std::isfinite(v)) return "null";
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.6g", v);
+    return buf;
+}
+
+}  // namespace
+
+int main(int argc, char** argv)
+{
+    const Args a = ParseArgs(argc, argv);
+    LinearAddGeluSetOptions({a.useTable, /*checked=*/true});
+
+    // Inputs as tilewise's LinearAddGelu.make_inputs scales them: outputs of order one.
+    Tensors t;
+    std::mt19937_64 rng(a.seed);
+    std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+    t.x.resize(size_t(a.m * a.k));
+    t.w.resize(size_t(a.k * a.n));
+    t.bias.resize(size_t(a.n));
+    t.out.assign(size_t(a.m * a.n), std::numeric_limits<float>::quiet_NaN());  // unwritten stays NaN
+    const float wScale = float(std::sqrt(3.0 / double(a.k)));
+    for (float& v : t.x) v = unit(rng);
+    for (float& v : t.w) v = unit(rng) * wScale;
+    for (float& v : t.bias) v = 0.5f * unit(rng);
+    Bind(t, a);
+
+    // The checked run: the twin's checked mode, then the output against the reference.
+    std::vector<uint8_t> workspace;
+    double planUs = 0.0, launchUs = 0.0;
+    const LinearAddGeluPlan plan = RunOnce(t, workspace, planUs, launchUs);
+    double maxError = 0.0;
+    size_t bad = 0;
+    for (int64_t i = 0; i < a.m; ++i) {
+        for (int64_t j = 0; j < a.n; ++j) {
+            double acc = t.bias[size_t(j)];
+            for (int64_t p = 0; p < a.k; ++p) acc += double(t.x[size_t(i * a.k + p)]) * double(t.w[size_t(p * a.n + j)]);
+            const double ref = GeluTanh(acc);
+            const double got = t.out[size_t(i * a.n + j)];
+            const double err = std::fabs(got - ref);
+            if (!(err <= kAtol + kRtol * std::fabs(ref))) ++bad;  // NaN counts as wrong
+            maxError = std::isnan(err) || std::isnan(maxError) ? std::nan("") : std::max(maxError, err);
+        }
+    }
+    const bool ok = bad == 0;
+
+    // Timed runs, as an application calls the op: both phases each time, unchecked launches.
+    LinearAddGeluSetOptions({a.useTable, /*checked=*/false});
+    std::vector<double> plans, launches;
+    for (int r = 0; r < a.repeats; ++r) {
+        double p = 0.0, l = 0.0;
+        RunOnce(t, workspace, p, l);
+        plans.push_back(p);
+        launches.push_back(l);
+    }
+
+    const lag_host::TilingDecision& d = plan.decision;
+    const auto tunables = TunableFields(d.tunables);
+    const auto fields = StructFields(plan.tiling);
+    const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
+    if (a.json) {
+        std::printf(
+            "{\"op\": \"linear_add_gelu\", \"op_version\": %s, \"dtype\": \"float32\", \"target\": \"cpu-twin\", "
+            "\"shape\": {\"M\": %lld, \"N\": %lld, \"K\": %lld}, \"source\": \"%s\", \"table_answer\": %d, "
+            "\"note\": %s, \"tiling\": %s, \"tiling_struct\": %s, \"block_dim\": %u, \"workspace_bytes\": %zu, "
+            "\"threads\": %u, \"plan_us\": %s, \"launch_us\": %s, \"repeats\": %d, \"max_abs_error\": %s, "
+            "\"rtol\": %g, \"atol\": %g, \"mismatches\": %zu, \"ok\": %s}\n",
+            JsonString(TILEWISE_LINEAR_ADD_GELU_VERSION).c_str(), (long long)a.m, (long long)a.n, (long long)a.k,
+            lag_host::SourceName(d.source), d.tableAnswer, JsonString(d.note).c_str(), JsonFields(tunables).c_str(),
+            JsonFields(fields).c_str(), plan.blockDim, workspace.size(), threads, Number(Median(plans)).c_str(),
+            Number(Median(launches)).c_str(), a.repeats, Number(maxError).c_str(), kRtol, kAtol, bad,
+            ok ? "true" : "false");
+        return ok ? 0 : 1;
+    }
+    std::printf("linear_add_gelu M=%lld N=%lld K=%lld float32 on the CPU twin (%u host threads)\n", (long long)a.m,
+                (long long)a.n, (long long)a.k, threads);
+    std::printf("tiling: %s", lag_host::SourceName(d.source));
+    if (!d.note.empty()) std::printf(" (%s)", d.note.c_str());
+    std::printf("\n ");
+    for (const auto& f : tunables) std::printf(" %s=%d", f.first.c_str(), f.second);
+    std::printf("\nLinearAddGeluTiling, %zu bytes, non-zero fields:\n ", sizeof(plan.tiling));
+    int column = 1;
+    for (const auto& f : fields) {
+        if (f.second == 0) continue;
+        const int width = std::snprintf(nullptr, 0, " %s=%d", f.first.c_str(), f.second);
+        if (column + width > 100) std::printf("\n "), column = 1;
+        column += std::printf(" %s=%d", f.first.c_str(), f.second);
+    }
+    std::printf("\nlaunch: blockDim %u, workspace %zu B\n", plan.blockDim, workspace.size());
+    if (a.repeats > 0) {
+        std::printf("time: GetWorkspaceSize %.1f us, launch %.1f us (medians of %d)\n", Median(plans),
+                    Median(launches), a.repeats);
+    }
+    std::printf("check: max |out - ref| = %.3g against float64 matmul + bias + GELU (tanh form); "
+                "|out - ref| <= %g + %g*|ref|: %s\n",
+                maxError, kAtol, kRtol, ok ? "ok" : "MISMATCH");
+    if (!ok) std::printf("  %zu of %lld elements outside the tolerance\n", bad, (long long)(a.m * a.n));
+    return ok ? 0 : 1;
+}
