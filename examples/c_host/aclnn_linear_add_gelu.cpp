@@ -69,6 +69,12 @@ twin_host::ThreadPool& Pool()
 
 const char* aclGetRecentErrMsg() { return lastError.c_str(); }
 
+aclnnStatus aclDestroyAclOpExecutor(aclOpExecutor* executor)
+{
+    delete executor;
+    return ACLNN_SUCCESS;
+}
+
 void LinearAddGeluSetOptions(const LinearAddGeluOptions& options)
 {
     useTable.store(options.useTable);

@@ -45,6 +45,9 @@ aclnnStatus aclnnLinearAddGeluGetWorkspaceSize(const aclTensor* x, const aclTens
 
 aclnnStatus aclnnLinearAddGelu(void* workspace, uint64_t workspaceSize, aclOpExecutor* executor, aclrtStream stream);
 
+// Frees an executor that will not be launched.
+aclnnStatus aclDestroyAclOpExecutor(aclOpExecutor* executor);
+
 // The reason of the last failure on this thread (aclGetRecentErrMsg's role).
 const char* aclGetRecentErrMsg();
 

@@ -214,6 +214,7 @@ TilingDecision ChooseTiling(int64_t m, int64_t n, int64_t k, const Platform& pla
             t.epiRows = f[TILEWISE_LINEAR_ADD_GELU_EPIROWS];
             t.singleCoreM = f[TILEWISE_LINEAR_ADD_GELU_SINGLECOREM];
             t.singleCoreN = f[TILEWISE_LINEAR_ADD_GELU_SINGLECOREN];
+            d.tableTunables = t;
             // The header cannot check a neighbour's tiling for a shape it never saw (its comment
             // says so): the TilingFunc checks every tiling it did not tune for this shape.
             const std::string broken = CheckTiling(t, m, n, k, 4, platform);

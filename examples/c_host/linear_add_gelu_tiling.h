@@ -63,6 +63,7 @@ struct TilingDecision {
     TilingSource source;
     std::string note;  // why the default was used, when it was
     int tableAnswer;   // what the header's lookup returned (TILEWISE_EXACT, _NEAREST, _NOT_FOUND)
+    Tunables tableTunables;  // and its tiling, when it found one
 };
 
 // Every rule the tiling breaks for shape (m, n, k) on the platform, "" when it is valid: the

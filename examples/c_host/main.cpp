@@ -2,7 +2,10 @@
 // with the tensors (tiling from the tuned table, workspace size, executor), phase two with the
 // workspace, then the output checked against a float64 reference computed here.
 //
-//   linear_add_gelu_host [--shape M=37,N=96,K=80] [--default] [--repeats 5] [--seed 0] [--json]
+//   linear_add_gelu_host [--shape M=37,N=96,K=80] [--default] [--plan-only] [--repeats 5] [--seed 0] [--json]
+//
+// --default skips the table (the op's default heuristic); --plan-only runs phase one alone and
+// prints the tiling the shape gets.
 //
 // Exit code 0 when the output matches, 1 when it does not, 2 on bad arguments or a failed call.
 #include <algorithm>
@@ -13,6 +16,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <new>
+#include <stdexcept>
 #include <random>
 #include <string>
 #include <thread>
@@ -34,13 +39,14 @@ struct Args {
     int repeats = 5;
     uint64_t seed = 0;
     bool json = false;
+    bool planOnly = false;
 };
 
 [[noreturn]] void Usage(const std::string& problem)
 {
     std::fprintf(stderr,
-                 "error: %s\nusage: linear_add_gelu_host [--shape M=..,N=..,K=..] [--default] [--repeats N] "
-                 "[--seed S] [--json]\n",
+                 "error: %s\nusage: linear_add_gelu_host [--shape M=..,N=..,K=..] [--default] [--plan-only] "
+                 "[--repeats N] [--seed S] [--json]\n",
                  problem.c_str());
     std::exit(2);
 }
@@ -77,7 +83,7 @@ Args ParseArgs(int argc, char** argv)
                 const std::string dim = item.substr(0, eq);
                 const int idx = dim == "M" ? 0 : dim == "N" ? 1 : dim == "K" ? 2 : -1;
                 if (eq == std::string::npos || idx < 0) Usage("--shape takes M=..,N=..,K=.., got '" + text + "'");
-                const int64_t v = ParseInt(item.substr(eq + 1), dim, 1, 1 << 16);
+                const int64_t v = ParseInt(item.substr(eq + 1), dim, 1, 1 << 24);  // tilewise's MAX_DIM
                 (idx == 0 ? a.m : idx == 1 ? a.n : a.k) = v;
                 seen[idx] = true;
                 start = comma + 1;
@@ -89,6 +95,8 @@ Args ParseArgs(int argc, char** argv)
             a.repeats = int(ParseInt(value(), "--repeats", 0, 10000));
         } else if (arg == "--seed") {
             a.seed = uint64_t(ParseInt(value(), "--seed", 0, std::numeric_limits<int64_t>::max()));
+        } else if (arg == "--plan-only") {
+            a.planOnly = true;
         } else if (arg == "--json") {
             a.json = true;
         } else {
@@ -124,10 +132,11 @@ void Bind(Tensors& t, const Args& a)
 }
 
 // Both phases once; the plan phase one chose, and each phase's time in microseconds.
-LinearAddGeluPlan RunOnce(Tensors& t, std::vector<uint8_t>& workspace, double& planUs, double& launchUs)
+LinearAddGeluPlan RunOnce(Tensors& t, std::vector<uint8_t>& workspace, double& planUs, double& launchUs,
+                          uint64_t& workspaceSize)
 {
     using Clock = std::chrono::steady_clock;
-    uint64_t workspaceSize = 0;
+    workspaceSize = 0;
     aclOpExecutor* executor = nullptr;
     const auto t0 = Clock::now();
     aclnnStatus status =
@@ -199,73 +208,39 @@ std::string Number(double v)
     return buf;
 }
 
-}  // namespace
-
-int main(int argc, char** argv)
-{
-    const Args a = ParseArgs(argc, argv);
-    LinearAddGeluSetOptions({a.useTable, /*checked=*/true});
-
-    // Inputs as tilewise's LinearAddGelu.make_inputs scales them: outputs of order one.
-    Tensors t;
-    std::mt19937_64 rng(a.seed);
-    std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
-    t.x.resize(size_t(a.m * a.k));
-    t.w.resize(size_t(a.k * a.n));
-    t.bias.resize(size_t(a.n));
-    t.out.assign(size_t(a.m * a.n), std::numeric_limits<float>::quiet_NaN());  // unwritten stays NaN
-    const float wScale = float(std::sqrt(3.0 / double(a.k)));
-    for (float& v : t.x) v = unit(rng);
-    for (float& v : t.w) v = unit(rng) * wScale;
-    for (float& v : t.bias) v = 0.5f * unit(rng);
-    Bind(t, a);
-
-    // The checked run: the twin's checked mode, then the output against the reference.
-    std::vector<uint8_t> workspace;
-    double planUs = 0.0, launchUs = 0.0;
-    const LinearAddGeluPlan plan = RunOnce(t, workspace, planUs, launchUs);
-    double maxError = 0.0;
+struct Outcome {
+    bool launched = false;
+    uint64_t workspaceSize = 0;
     size_t bad = 0;
-    for (int64_t i = 0; i < a.m; ++i) {
-        for (int64_t j = 0; j < a.n; ++j) {
-            double acc = t.bias[size_t(j)];
-            for (int64_t p = 0; p < a.k; ++p) acc += double(t.x[size_t(i * a.k + p)]) * double(t.w[size_t(p * a.n + j)]);
-            const double ref = GeluTanh(acc);
-            const double got = t.out[size_t(i * a.n + j)];
-            const double err = std::fabs(got - ref);
-            if (!(err <= kAtol + kRtol * std::fabs(ref))) ++bad;  // NaN counts as wrong
-            maxError = std::isnan(err) || std::isnan(maxError) ? std::nan("") : std::max(maxError, err);
-        }
-    }
-    const bool ok = bad == 0;
+    double maxError = 0.0;
+    std::vector<double> plans, launches;  // microseconds per timed call of each phase
+};
 
-    // Timed runs, as an application calls the op: both phases each time, unchecked launches.
-    LinearAddGeluSetOptions({a.useTable, /*checked=*/false});
-    std::vector<double> plans, launches;
-    for (int r = 0; r < a.repeats; ++r) {
-        double p = 0.0, l = 0.0;
-        RunOnce(t, workspace, p, l);
-        plans.push_back(p);
-        launches.push_back(l);
-    }
-
+void Report(const Args& a, const LinearAddGeluPlan& plan, const Outcome& o)
+{
     const lag_host::TilingDecision& d = plan.decision;
     const auto tunables = TunableFields(d.tunables);
     const auto fields = StructFields(plan.tiling);
     const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
+    const bool ok = o.launched && o.bad == 0;
     if (a.json) {
+        const std::string table =
+            d.tableAnswer == TILEWISE_NOT_FOUND ? "null" : JsonFields(TunableFields(d.tableTunables));
         std::printf(
             "{\"op\": \"linear_add_gelu\", \"op_version\": %s, \"dtype\": \"float32\", \"target\": \"cpu-twin\", "
-            "\"shape\": {\"M\": %lld, \"N\": %lld, \"K\": %lld}, \"source\": \"%s\", \"table_answer\": %d, "
-            "\"note\": %s, \"tiling\": %s, \"tiling_struct\": %s, \"block_dim\": %u, \"workspace_bytes\": %zu, "
-            "\"threads\": %u, \"plan_us\": %s, \"launch_us\": %s, \"repeats\": %d, \"max_abs_error\": %s, "
-            "\"rtol\": %g, \"atol\": %g, \"mismatches\": %zu, \"ok\": %s}\n",
+            "\"shape\": {\"M\": %lld, \"N\": %lld, \"K\": %lld}, \"source\": \"%s\", \"note\": %s, "
+            "\"table_answer\": %d, \"table_tiling\": %s, \"tiling\": %s, \"tiling_struct\": %s, "
+            "\"block_dim\": %u, \"workspace_bytes\": %llu, \"launched\": %s, \"threads\": %u, "
+            "\"plan_us\": %s, \"launch_us\": %s, \"repeats\": %zu, \"max_abs_error\": %s, \"rtol\": %g, "
+            "\"atol\": %g, \"mismatches\": %zu, \"ok\": %s}\n",
             JsonString(TILEWISE_LINEAR_ADD_GELU_VERSION).c_str(), (long long)a.m, (long long)a.n, (long long)a.k,
-            lag_host::SourceName(d.source), d.tableAnswer, JsonString(d.note).c_str(), JsonFields(tunables).c_str(),
-            JsonFields(fields).c_str(), plan.blockDim, workspace.size(), threads, Number(Median(plans)).c_str(),
-            Number(Median(launches)).c_str(), a.repeats, Number(maxError).c_str(), kRtol, kAtol, bad,
-            ok ? "true" : "false");
-        return ok ? 0 : 1;
+            lag_host::SourceName(d.source), JsonString(d.note).c_str(), d.tableAnswer, table.c_str(),
+            JsonFields(tunables).c_str(), JsonFields(fields).c_str(), plan.blockDim,
+            (unsigned long long)o.workspaceSize, o.launched ? "true" : "false", threads,
+            Number(Median(o.plans)).c_str(), Number(Median(o.launches)).c_str(), o.plans.size(),
+            o.launched ? Number(o.maxError).c_str() : "null", kRtol, kAtol, o.bad,
+            o.launched ? (ok ? "true" : "false") : "null");
+        return;
     }
     std::printf("linear_add_gelu M=%lld N=%lld K=%lld float32 on the CPU twin (%u host threads)\n", (long long)a.m,
                 (long long)a.n, (long long)a.k, threads);
@@ -281,14 +256,97 @@ int main(int argc, char** argv)
         if (column + width > 100) std::printf("\n "), column = 1;
         column += std::printf(" %s=%d", f.first.c_str(), f.second);
     }
-    std::printf("\nlaunch: blockDim %u, workspace %zu B\n", plan.blockDim, workspace.size());
-    if (a.repeats > 0) {
-        std::printf("time: GetWorkspaceSize %.1f us, launch %.1f us (medians of %d)\n", Median(plans),
-                    Median(launches), a.repeats);
+    std::printf("\nblockDim %u, workspace %llu B\n", plan.blockDim, (unsigned long long)o.workspaceSize);
+    if (!o.launched) return;
+    if (!o.plans.empty()) {
+        std::printf("time: GetWorkspaceSize %.1f us, launch %.1f us (medians of %zu calls)\n", Median(o.plans),
+                    Median(o.launches), o.plans.size());
     }
     std::printf("check: max |out - ref| = %.3g against float64 matmul + bias + GELU (tanh form); "
                 "|out - ref| <= %g + %g*|ref|: %s\n",
-                maxError, kAtol, kRtol, ok ? "ok" : "MISMATCH");
-    if (!ok) std::printf("  %zu of %lld elements outside the tolerance\n", bad, (long long)(a.m * a.n));
-    return ok ? 0 : 1;
+                o.maxError, kAtol, kRtol, ok ? "ok" : "MISMATCH");
+    if (!ok) std::printf("  %zu of %lld elements outside the tolerance\n", o.bad, (long long)(a.m * a.n));
+}
+
+int Main(const Args& a)
+{
+    LinearAddGeluSetOptions({a.useTable, /*checked=*/true});
+
+    Tensors t;
+    // Phase one alone: the tiling a shape gets. It reads the tensors' shapes, not their data.
+    if (a.planOnly) {
+        t.x = t.w = t.bias = t.out = std::vector<float>(1);
+        Bind(t, a);
+        uint64_t workspaceSize = 0;
+        aclOpExecutor* executor = nullptr;
+        const aclnnStatus status =
+            aclnnLinearAddGeluGetWorkspaceSize(&t.tx, &t.tw, &t.tbias, &t.tout, &workspaceSize, &executor);
+        if (status != ACLNN_SUCCESS) CallFailed("aclnnLinearAddGeluGetWorkspaceSize", status);
+        const LinearAddGeluPlan plan = *LinearAddGeluExecutorPlan(executor);
+        aclDestroyAclOpExecutor(executor);
+        Outcome none;
+        none.workspaceSize = workspaceSize;
+        Report(a, plan, none);
+        return 0;
+    }
+
+    // Inputs as tilewise's LinearAddGelu.make_inputs scales them: outputs of order one.
+    std::mt19937_64 rng(a.seed);
+    std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+    t.x.resize(size_t(a.m * a.k));
+    t.w.resize(size_t(a.k * a.n));
+    t.bias.resize(size_t(a.n));
+    t.out.assign(size_t(a.m * a.n), std::numeric_limits<float>::quiet_NaN());  // unwritten stays NaN
+    const float wScale = float(std::sqrt(3.0 / double(a.k)));
+    for (float& v : t.x) v = unit(rng);
+    for (float& v : t.w) v = unit(rng) * wScale;
+    for (float& v : t.bias) v = 0.5f * unit(rng);
+    Bind(t, a);
+
+    // The checked run: the twin's checked mode, then the output against the reference.
+    std::vector<uint8_t> workspace;
+    Outcome outcome;
+    double planUs = 0.0, launchUs = 0.0;
+    const LinearAddGeluPlan plan = RunOnce(t, workspace, planUs, launchUs, outcome.workspaceSize);
+    outcome.launched = true;
+    for (int64_t i = 0; i < a.m; ++i) {
+        for (int64_t j = 0; j < a.n; ++j) {
+            double acc = t.bias[size_t(j)];
+            for (int64_t p = 0; p < a.k; ++p) acc += double(t.x[size_t(i * a.k + p)]) * double(t.w[size_t(p * a.n + j)]);
+            const double ref = GeluTanh(acc);
+            const double err = std::fabs(double(t.out[size_t(i * a.n + j)]) - ref);
+            if (!(err <= kAtol + kRtol * std::fabs(ref))) ++outcome.bad;  // NaN counts as wrong
+            if (!(err <= outcome.maxError)) outcome.maxError = err;       // and NaN stays
+        }
+    }
+
+    // Timed runs, as an application calls the op: both phases each time, unchecked launches.
+    LinearAddGeluSetOptions({a.useTable, /*checked=*/false});
+    for (int r = 0; r < a.repeats; ++r) {
+        double p = 0.0, l = 0.0;
+        uint64_t size = 0;
+        RunOnce(t, workspace, p, l, size);
+        outcome.plans.push_back(p);
+        outcome.launches.push_back(l);
+    }
+    Report(a, plan, outcome);
+    return outcome.bad == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv)
+{
+    const Args a = ParseArgs(argc, argv);
+    try {
+        return Main(a);
+    } catch (const std::bad_alloc&) {
+        std::fprintf(stderr, "error: cannot allocate the tensors of M=%lld N=%lld K=%lld\n", (long long)a.m,
+                     (long long)a.n, (long long)a.k);
+        return 2;
+    } catch (const std::length_error&) {
+        std::fprintf(stderr, "error: the tensors of M=%lld N=%lld K=%lld are too large\n", (long long)a.m,
+                     (long long)a.n, (long long)a.k);
+        return 2;
+    }
 }
