@@ -1,7 +1,6 @@
 // The two phases of aclnnLinearAddGelu; see aclnn_linear_add_gelu.h.
 #include "aclnn_linear_add_gelu.h"
 
-#include <atomic>
 #include <cstring>
 #include <mutex>
 #include <new>
@@ -9,6 +8,7 @@
 #include <thread>
 
 #include "runner/thread_pool.h"  // the twin's host thread pool (kernels/twin/runner)
+#include "tilewise_linear_add_gelu.h"  // TILEWISE_NOT_FOUND
 #include "twin_abi.h"
 
 // The kernel on the twin, linked in from kernel_twin.cpp (TWIN_EXPORT_KERNEL).
@@ -29,8 +29,14 @@ constexpr uint64_t kWorkspaceBytes = 1024;
 constexpr uint32_t kBtBytes = 1024;  // Ascend910B1's bias table
 
 thread_local std::string lastError;
-std::atomic<bool> useTable{true};
-std::atomic<bool> checkedLaunch{true};
+std::mutex optionsMutex;
+LinearAddGeluOptions options;
+
+LinearAddGeluOptions Options()
+{
+    std::lock_guard<std::mutex> lock(optionsMutex);
+    return options;
+}
 
 aclnnStatus Fail(aclnnStatus status, const std::string& message)
 {
@@ -75,10 +81,10 @@ aclnnStatus aclDestroyAclOpExecutor(aclOpExecutor* executor)
     return ACLNN_SUCCESS;
 }
 
-void LinearAddGeluSetOptions(const LinearAddGeluOptions& options)
+void LinearAddGeluSetOptions(const LinearAddGeluOptions& given)
 {
-    useTable.store(options.useTable);
-    checkedLaunch.store(options.checked);
+    std::lock_guard<std::mutex> lock(optionsMutex);
+    options = given;
 }
 
 const LinearAddGeluPlan* LinearAddGeluExecutorPlan(const aclOpExecutor* executor)
@@ -108,10 +114,18 @@ aclnnStatus aclnnLinearAddGeluGetWorkspaceSize(const aclTensor* x, const aclTens
 
     // The TilingFunc: table or default, then the kernel's struct and launch size.
     const lag_host::Platform platform = lag_host::TwinPlatform();
-    lag_host::TilingDecision decision = lag_host::ChooseTiling(m, n, k, platform, useTable.load());
+    const LinearAddGeluOptions chosen = Options();
+    lag_host::TilingDecision decision{};
+    if (chosen.given) {
+        decision.tunables = chosen.tiling;
+        decision.source = lag_host::TilingSource::kGiven;
+        decision.tableAnswer = TILEWISE_NOT_FOUND;
+    } else {
+        decision = lag_host::ChooseTiling(m, n, k, platform, chosen.useTable);
+    }
     const std::string broken = lag_host::CheckTiling(decision.tunables, m, n, k, 4, platform);
-    if (!broken.empty()) {  // the default heuristic found nothing valid
-        return Fail(ACLNN_ERR_INNER_TILING_ERROR, "no valid tiling for this shape: " + broken);
+    if (!broken.empty()) {  // a given tiling that does not fit, or no default that does
+        return Fail(ACLNN_ERR_INNER_TILING_ERROR, "tiling not valid for this shape: " + broken);
     }
     auto* exec = new (std::nothrow) aclOpExecutor{};
     if (exec == nullptr) return Fail(ACLNN_ERR_RUNTIME_ERROR, "out of host memory");
@@ -141,7 +155,7 @@ aclnnStatus aclnnLinearAddGelu(void* workspace, uint64_t workspaceSize, aclOpExe
     const lag_host::Platform p = lag_host::TwinPlatform();
     const TwCoreLimits limits = {uint32_t(p.ub),  uint32_t(p.l1), uint32_t(p.l0a),
                                  uint32_t(p.l0b), uint32_t(p.l0c), kBtBytes,
-                                 checkedLaunch.load() ? 1u : 0u};
+                                 Options().checked ? 1u : 0u};
     static std::mutex launches;  // the pool runs one launch at a time
     const char* error = nullptr;
     {

@@ -59,11 +59,13 @@ struct LinearAddGeluPlan {
 };
 const LinearAddGeluPlan* LinearAddGeluExecutorPlan(const aclOpExecutor* executor);
 
-// Not part of aclnn either: whether the first phase asks the tiling table (the default) or uses
-// the op's default heuristic, for comparing the two; whether the launch runs in the twin's
-// checked mode (the 32-byte rule, alignment and GM bounds are errors; slower), the default.
+// Not part of aclnn either: where the first phase takes its tiling from (the table, the
+// default, the caller's tiling, checked as any other) and whether the launch runs in the twin's
+// checked mode (the 32-byte rule, alignment and GM bounds are errors; slower). Set between calls.
 struct LinearAddGeluOptions {
-    bool useTable = true;
+    bool useTable = true;  // false: the op's default heuristic
     bool checked = true;
+    bool given = false;    // true: `tiling` below, for every shape
+    lag_host::Tunables tiling{};
 };
 void LinearAddGeluSetOptions(const LinearAddGeluOptions& options);

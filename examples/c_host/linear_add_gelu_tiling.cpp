@@ -79,6 +79,7 @@ const char* SourceName(TilingSource source)
         case TilingSource::kExact: return "exact";
         case TilingSource::kNearest: return "nearest";
         case TilingSource::kDefault: return "default";
+        case TilingSource::kGiven: return "given";
     }
     return "?";
 }

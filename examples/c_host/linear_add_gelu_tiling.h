@@ -55,7 +55,7 @@ struct Tunables {
 };
 
 // Where a tiling came from, as tilewise's runtime names it.
-enum class TilingSource { kExact, kNearest, kDefault };
+enum class TilingSource { kExact, kNearest, kDefault, kGiven };  // kGiven: by the caller
 const char* SourceName(TilingSource source);
 
 struct TilingDecision {

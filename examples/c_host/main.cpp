@@ -2,14 +2,17 @@
 // with the tensors (tiling from the tuned table, workspace size, executor), phase two with the
 // workspace, then the output checked against a float64 reference computed here.
 //
-//   linear_add_gelu_host [--shape M=37,N=96,K=80] [--default] [--plan-only] [--repeats 5] [--seed 0] [--json]
+//   linear_add_gelu_host [--shape M=37,N=96,K=80] [--default | --tiling baseM=64,...] [--plan-only]
+//                        [--repeats 5] [--seed 0] [--json]
 //
-// --default skips the table (the op's default heuristic); --plan-only runs phase one alone and
-// prints the tiling the shape gets.
+// --default skips the table (the op's default heuristic); --tiling gives all 12 tunables (phase
+// one checks them as any tiling); --plan-only runs phase one alone and prints what it chose.
 //
 // Exit code 0 when the output matches, 1 when it does not, 2 on bad arguments or a failed call.
 #include <algorithm>
 #include <cerrno>
+#include <climits>
+#include <iterator>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -40,13 +43,35 @@ struct Args {
     uint64_t seed = 0;
     bool json = false;
     bool planOnly = false;
+    bool given = false;
+    lag_host::Tunables tiling{};
+};
+
+// The tunables by their names in the tiling table.
+struct Named {
+    const char* name;
+    int32_t lag_host::Tunables::*field;
+};
+constexpr Named kTunables[] = {
+    {"baseM", &lag_host::Tunables::baseM},
+    {"baseN", &lag_host::Tunables::baseN},
+    {"baseK", &lag_host::Tunables::baseK},
+    {"stepM", &lag_host::Tunables::stepM},
+    {"stepN", &lag_host::Tunables::stepN},
+    {"depthA1", &lag_host::Tunables::depthA1},
+    {"depthB1", &lag_host::Tunables::depthB1},
+    {"dbL0C", &lag_host::Tunables::dbL0C},
+    {"iterateOrder", &lag_host::Tunables::iterateOrder},
+    {"epiRows", &lag_host::Tunables::epiRows},
+    {"singleCoreM", &lag_host::Tunables::singleCoreM},
+    {"singleCoreN", &lag_host::Tunables::singleCoreN},
 };
 
 [[noreturn]] void Usage(const std::string& problem)
 {
     std::fprintf(stderr,
-                 "error: %s\nusage: linear_add_gelu_host [--shape M=..,N=..,K=..] [--default] [--plan-only] "
-                 "[--repeats N] [--seed S] [--json]\n",
+                 "error: %s\nusage: linear_add_gelu_host [--shape M=..,N=..,K=..] [--default | --tiling F=V,..] "
+                 "[--plan-only] [--repeats N] [--seed S] [--json]\n",
                  problem.c_str());
     std::exit(2);
 }
@@ -63,6 +88,22 @@ int64_t ParseInt(const std::string& text, const std::string& what, int64_t low, 
     return v;
 }
 
+// "NAME=VALUE,NAME=VALUE,..." as (name, value text) pairs.
+std::vector<std::pair<std::string, std::string>> Pairs(const std::string& text, const std::string& option)
+{
+    std::vector<std::pair<std::string, std::string>> pairs;
+    size_t start = 0;
+    while (start <= text.size()) {
+        const size_t comma = std::min(text.find(',', start), text.size());
+        const std::string item = text.substr(start, comma - start);
+        const size_t eq = item.find('=');
+        if (eq == std::string::npos) Usage(option + " takes NAME=VALUE,..., got '" + text + "'");
+        pairs.emplace_back(item.substr(0, eq), item.substr(eq + 1));
+        start = comma + 1;
+    }
+    return pairs;
+}
+
 Args ParseArgs(int argc, char** argv)
 {
     Args a;
@@ -73,22 +114,35 @@ Args ParseArgs(int argc, char** argv)
             return argv[++i];
         };
         if (arg == "--shape") {
-            std::string text = value();
+            const std::string text = value();
             bool seen[3] = {false, false, false};
-            size_t start = 0;
-            while (start <= text.size()) {
-                const size_t comma = std::min(text.find(',', start), text.size());
-                const std::string item = text.substr(start, comma - start);
-                const size_t eq = item.find('=');
-                const std::string dim = item.substr(0, eq);
+            for (const auto& [dim, number] : Pairs(text, arg)) {
                 const int idx = dim == "M" ? 0 : dim == "N" ? 1 : dim == "K" ? 2 : -1;
-                if (eq == std::string::npos || idx < 0) Usage("--shape takes M=..,N=..,K=.., got '" + text + "'");
-                const int64_t v = ParseInt(item.substr(eq + 1), dim, 1, 1 << 24);  // tilewise's MAX_DIM
-                (idx == 0 ? a.m : idx == 1 ? a.n : a.k) = v;
+                if (idx < 0) Usage("--shape takes M, N and K, got '" + dim + "'");
+                (idx == 0 ? a.m : idx == 1 ? a.n : a.k) = ParseInt(number, dim, 1, 1 << 24);  // tilewise's MAX_DIM
                 seen[idx] = true;
-                start = comma + 1;
             }
             if (!(seen[0] && seen[1] && seen[2])) Usage("--shape needs M, N and K");
+        } else if (arg == "--tiling") {
+            const std::string text = value();
+            size_t seen = 0;
+            for (const auto& [name, number] : Pairs(text, arg)) {
+                const Named* field = nullptr;
+                for (const Named& f : kTunables) {
+                    if (name == f.name) field = &f;
+                }
+                if (field == nullptr) Usage("--tiling: '" + name + "' is not a tunable of linear_add_gelu");
+                a.tiling.*(field->field) = int32_t(ParseInt(number, name, INT32_MIN, INT32_MAX));
+                seen |= size_t(1) << (field - kTunables);
+            }
+            if (seen != (size_t(1) << std::size(kTunables)) - 1) {
+                std::string missing;
+                for (size_t i = 0; i < std::size(kTunables); ++i) {
+                    if (!(seen >> i & 1)) missing += std::string(missing.empty() ? "" : ", ") + kTunables[i].name;
+                }
+                Usage("--tiling lacks " + missing);
+            }
+            a.given = true;
         } else if (arg == "--default") {
             a.useTable = false;
         } else if (arg == "--repeats") {
@@ -175,10 +229,9 @@ std::vector<std::pair<std::string, int32_t>> StructFields(const lag_host::Linear
 
 std::vector<std::pair<std::string, int32_t>> TunableFields(const lag_host::Tunables& t)
 {
-    return {{"baseM", t.baseM},     {"baseN", t.baseN},           {"baseK", t.baseK},
-            {"stepM", t.stepM},     {"stepN", t.stepN},           {"depthA1", t.depthA1},
-            {"depthB1", t.depthB1}, {"dbL0C", t.dbL0C},           {"iterateOrder", t.iterateOrder},
-            {"epiRows", t.epiRows}, {"singleCoreM", t.singleCoreM}, {"singleCoreN", t.singleCoreN}};
+    std::vector<std::pair<std::string, int32_t>> fields;
+    for (const Named& f : kTunables) fields.emplace_back(f.name, t.*(f.field));
+    return fields;
 }
 
 std::string JsonString(const std::string& s)
@@ -270,7 +323,7 @@ void Report(const Args& a, const LinearAddGeluPlan& plan, const Outcome& o)
 
 int Main(const Args& a)
 {
-    LinearAddGeluSetOptions({a.useTable, /*checked=*/true});
+    LinearAddGeluSetOptions({a.useTable, /*checked=*/true, a.given, a.tiling});
 
     Tensors t;
     // Phase one alone: the tiling a shape gets. It reads the tensors' shapes, not their data.
@@ -321,7 +374,7 @@ int Main(const Args& a)
     }
 
     // Timed runs, as an application calls the op: both phases each time, unchecked launches.
-    LinearAddGeluSetOptions({a.useTable, /*checked=*/false});
+    LinearAddGeluSetOptions({a.useTable, /*checked=*/false, a.given, a.tiling});
     for (int r = 0; r < a.repeats; ++r) {
         double p = 0.0, l = 0.0;
         uint64_t size = 0;
