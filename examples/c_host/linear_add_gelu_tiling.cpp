@@ -129,7 +129,8 @@ std::string CheckTiling(const Tunables& t, int64_t m, int64_t n, int64_t k, int6
                     {"L0C", l0c, platform.l0c}};
     for (const auto& mem : memories) {
         if (mem.used > mem.limit) {
-            Add(reasons, std::string(mem.name) + " overflow: needs " + Str(mem.used) + " B, limit " + Str(mem.limit) + " B");
+            Add(reasons,
+                std::string(mem.name) + " overflow: needs " + Str(mem.used) + " B, limit " + Str(mem.limit) + " B");
         }
     }
     return reasons;

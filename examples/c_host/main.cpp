@@ -362,11 +362,16 @@ int Main(const Args& a)
     double planUs = 0.0, launchUs = 0.0;
     const LinearAddGeluPlan plan = RunOnce(t, workspace, planUs, launchUs, outcome.workspaceSize);
     outcome.launched = true;
+    std::vector<double> acc(size_t(a.n));
     for (int64_t i = 0; i < a.m; ++i) {
+        for (int64_t j = 0; j < a.n; ++j) acc[size_t(j)] = t.bias[size_t(j)];
+        for (int64_t p = 0; p < a.k; ++p) {  // row by row through w: no strided reads
+            const double xv = t.x[size_t(i * a.k + p)];
+            const float* wRow = &t.w[size_t(p * a.n)];
+            for (int64_t j = 0; j < a.n; ++j) acc[size_t(j)] += xv * double(wRow[j]);
+        }
         for (int64_t j = 0; j < a.n; ++j) {
-            double acc = t.bias[size_t(j)];
-            for (int64_t p = 0; p < a.k; ++p) acc += double(t.x[size_t(i * a.k + p)]) * double(t.w[size_t(p * a.n + j)]);
-            const double ref = GeluTanh(acc);
+            const double ref = GeluTanh(acc[size_t(j)]);
             const double err = std::fabs(double(t.out[size_t(i * a.n + j)]) - ref);
             if (!(err <= kAtol + kRtol * std::fabs(ref))) ++outcome.bad;  // NaN counts as wrong
             if (!(err <= outcome.maxError)) outcome.maxError = err;       // and NaN stays
