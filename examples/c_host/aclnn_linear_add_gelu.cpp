@@ -44,7 +44,7 @@ aclnnStatus Fail(aclnnStatus status, const std::string& message)
     return status;
 }
 
-// A 2-D (or 1-D) float32 tensor with data, as aclnn's parameter checks want it.
+// A float32 tensor of the given rank and positive dims, as aclnn's parameter checks want it.
 bool CheckTensor(const aclTensor* t, const char* name, int32_t rank, std::string& why)
 {
     if (t->dtype != ACL_FLOAT) {
