@@ -37,6 +37,7 @@ PUBLIC = {
         "Footprint",
         "GmArg",
         "OpSpec",
+        "Parameter",
         "StructField",
         "Traffic",
         "Tunable",
