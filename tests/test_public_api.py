@@ -25,9 +25,11 @@ PUBLIC = {
     "tilewise.torch": {
         "OPERATORS",
         "ROW_DIMS",
+        "ConvBnAct",
         "LinearGelu",
         "LlamaMLP",
         "current_ops",
+        "fuse_conv_bn_act",
         "use_table",
     },
     "tilewise.kernels.ops": {
