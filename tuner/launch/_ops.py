@@ -13,7 +13,7 @@ import numpy as np
 from tilewise.errors import BackendError, InputError
 from tilewise.kernels.backends._cpu_twin import CpuTwinBackend
 from tilewise.kernels.ops import OPS, OpSpec, get_op
-from tilewise.kernels.ops._base import MEMORIES, NUMPY_DTYPES
+from tilewise.kernels.ops._base import MEMORIES, NUMPY_DTYPES, StructField
 from tilewise.kernels.targets import get_target
 from tilewise.launch._host import CoreLimits, Host, Variant, shared_host
 from tilewise.runtime import Source, TilingTable
@@ -50,7 +50,8 @@ class _Plan:
     choice: Choice
     outputs: dict[str, tuple[int, ...]]  # each output's GM argument name and numpy shape
     variant: Variant
-    packed: bytes
+    fields: tuple[StructField, ...]  # the tiling struct, parameters at their defaults
+    packed: bytes  # ... and packed
     block_dim: int
     limits: CoreLimits
     workspace: dict[int, int]  # GM position -> bytes
@@ -63,7 +64,10 @@ class Ops:
     name), checks them, reads the shape from their numpy shapes (``OpSpec.layout``; dims no
     array holds, such as a convolution's ``stride`` and ``pad``, by keyword), asks the table
     for the tiling (target ``cpu-twin``), builds the variant once (the cpu-twin backend's
-    cached build, shared with the tuner) and launches it in this process. The output is
+    cached build, shared with the tuner) and launches it in this process. The op's
+    ``OpSpec.parameters`` (a convolution's ``negative_slope``) are keywords too, at their
+    defaults when not given; they are no part of the shape, so the tiling is the same for
+    every value. The output is
     written into ``out`` when given (checked like the inputs), else into a new array; an op
     with several outputs (``swiglu_grad``: dg, du) returns them as a tuple in GM order and
     takes ``out`` as such a tuple.
@@ -98,8 +102,10 @@ class Ops:
             return self.call(name, *arrays, out=out, **named)
 
         op.__name__ = op.__qualname__ = name
-        op.__doc__ = f"{spec.summary}\n\nInputs: {', '.join(_inputs(spec))}." + (
-            f" Attributes: {', '.join(spec.attributes)}." if spec.attributes else ""
+        op.__doc__ = (
+            f"{spec.summary}\n\nInputs: {', '.join(_inputs(spec))}."
+            + (f" Attributes: {', '.join(spec.attributes)}." if spec.attributes else "")
+            + "".join(f" {p.name}={p.default}: {p.doc}." for p in spec.parameters)
         )
         self.__dict__[name] = op  # found without __getattr__ from now on
         return op
@@ -115,9 +121,10 @@ class Ops:
             BackendError: the variant cannot be built, or the kernel reported an error.
         """
         spec = get_op(op)
-        inputs, attributes = _bind(spec, arrays, named)
+        inputs, attributes, parameters = _bind(spec, arrays, named)
         dtype = _check_inputs(spec, inputs)
         plan = self._plan(spec, dtype, inputs, attributes)
+        packed = spec.pack_struct(plan.fields, parameters) if parameters else plan.packed
         outputs = _outputs(spec, plan.outputs, out, dtype, inputs)
         bound = {**inputs, **outputs}
         gm = [
@@ -125,7 +132,7 @@ class Ops:
             for name, role in spec.roles.items()
         ]
         self._shared_host().launch(
-            plan.variant, gm, plan.workspace, plan.packed, plan.block_dim, plan.limits
+            plan.variant, gm, plan.workspace, packed, plan.block_dim, plan.limits
         )
         self._local.choice = plan.choice
         results = tuple(outputs.values())
@@ -178,7 +185,7 @@ class Ops:
             )
             tiling, source = spec.default_tiling(shape, dtype, target), "default"
         variant = self._variant(spec, spec.compile_key(tiling, dtype))
-        packed = spec.pack_tiling(tiling, shape, dtype, target)
+        fields = spec.tiling_struct(tiling, shape, dtype, target)
         limits = target.limits(mix=spec.mix)
         args = spec.gm_args(shape, dtype)
         shapes = spec.array_shapes(shape)
@@ -186,7 +193,8 @@ class Ops:
             choice=Choice(spec.name, dtype, shape, tiling, source),
             outputs={a.name: shapes[a.name] for a in args if a.role == "out"},
             variant=variant,
-            packed=packed,
+            fields=fields,
+            packed=spec.pack_struct(fields),
             block_dim=spec.block_dim(tiling, shape, dtype, target),
             # Unchecked, as the tuner's timed launches: the tiling passed the checks above.
             limits=CoreLimits(*(limits[m] for m in MEMORIES), 0),
@@ -212,8 +220,10 @@ def _inputs(spec: OpSpec) -> list[str]:
 
 def _bind(
     spec: OpSpec, arrays: tuple[Any, ...], named: Mapping[str, Any]
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(inputs by name, attributes) from a call's positional and keyword arguments."""
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """(inputs by name, attributes, parameters) from a call's positional and keyword
+    arguments; a keyword that is neither an input nor a parameter is taken for an attribute
+    (``OpSpec.shape_of`` names the unknown ones)."""
     names = _inputs(spec)
     if len(arrays) > len(names):
         raise InputError(
@@ -221,14 +231,20 @@ def _bind(
         )
     inputs = dict(zip(names, arrays, strict=False))
     attributes: dict[str, Any] = {}
+    parameters: dict[str, Any] = {}
     for key, value in named.items():
         if key in inputs:
             raise InputError(f"{spec.name}: {key} given twice (by position and by name)")
-        (inputs if key in names else attributes)[key] = value
+        if key in names:
+            inputs[key] = value
+        elif any(p.name == key for p in spec.parameters):
+            parameters[key] = value
+        else:
+            attributes[key] = value
     missing = [n for n in names if n not in inputs]
     if missing:
         raise InputError(f"{spec.name}: missing input {', '.join(missing)}")
-    return inputs, attributes
+    return inputs, attributes, spec.bind_parameters(parameters) if parameters else {}
 
 
 def _check_array(spec: OpSpec, name: str, value: Any) -> np.ndarray:

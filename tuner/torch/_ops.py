@@ -2,7 +2,8 @@
 ``torch.library`` custom op, with a fake implementation for tracing.
 
 The schema comes from the spec: its inputs in GM order as tensors, its :attr:`~OpSpec.attributes`
-as keyword-only ints, one tensor or a tuple of them out. The CPU implementation hands the
+as keyword-only ints and its :attr:`~OpSpec.parameters` as keyword-only floats with their
+defaults, one tensor or a tuple of them out. The CPU implementation hands the
 tensors to :meth:`tilewise.launch.Ops.call` as numpy arrays sharing their memory (a tensor that
 is not contiguous is copied to one that is) and returns the arrays the launch wrote as tensors.
 The fake implementation computes the outputs' shapes from :attr:`OpSpec.layout`, so that
@@ -36,11 +37,13 @@ def _names(spec: OpSpec, role: str) -> list[str]:
 
 
 def schema(spec: OpSpec) -> str:
-    """The op's schema, e.g. ``(Tensor x, Tensor w, Tensor bias, *, int stride, int pad) ->
-    Tensor``."""
+    """The op's schema, e.g. ``(Tensor x, Tensor w, Tensor bias, *, int stride, int pad,
+    float negative_slope=0.1) -> Tensor``."""
     arguments = [f"Tensor {name}" for name in _names(spec, "in")]
-    if spec.attributes:
-        arguments += ["*", *(f"int {name}" for name in spec.attributes)]
+    keywords = [f"int {name}" for name in spec.attributes]
+    keywords += [f"float {p.name}={float(p.default)!r}" for p in spec.parameters]
+    if keywords:
+        arguments += ["*", *keywords]
     outputs = len(_names(spec, "out"))
     returns = "Tensor" if outputs == 1 else f"({', '.join(['Tensor'] * outputs)})"
     return f"({', '.join(arguments)}) -> {returns}"
@@ -104,8 +107,10 @@ def _output_shapes(
     return {name: tuple(extents[d] for d in spec.layout[name]) for name in outputs}
 
 
-def _fake(spec: OpSpec, tensors: Sequence[torch.Tensor], attributes: Mapping[str, int]) -> Result:
+def _fake(spec: OpSpec, tensors: Sequence[torch.Tensor], keywords: Mapping[str, Any]) -> Result:
     named = _bind(spec, tensors)
+    # The parameters change no output shape; the launch checks them.
+    attributes = {name: keywords[name] for name in spec.attributes}
     folded, lead = fold(spec, {name: tuple(t.shape) for name, t in named.items()})
     like = next(iter(named.values()))
     outputs = tuple(
@@ -115,13 +120,13 @@ def _fake(spec: OpSpec, tensors: Sequence[torch.Tensor], attributes: Mapping[str
     return outputs[0] if len(outputs) == 1 else outputs
 
 
-def _run(spec: OpSpec, tensors: Sequence[torch.Tensor], attributes: Mapping[str, Any]) -> Result:
+def _run(spec: OpSpec, tensors: Sequence[torch.Tensor], keywords: Mapping[str, Any]) -> Result:
     named = _bind(spec, tensors)
     folded, lead = fold(spec, {name: tuple(t.shape) for name, t in named.items()})
     # detach: .numpy() refuses a tensor that requires grad; reshape and contiguous copy only
     # what is not contiguous already.
     arrays = [t.detach().reshape(folded[name]).contiguous().numpy() for name, t in named.items()]
-    result = current_ops().call(spec.name, *arrays, **attributes)
+    result = current_ops().call(spec.name, *arrays, **keywords)
     written = result if isinstance(result, tuple) else (result,)
     outputs = tuple(
         torch.from_numpy(array).reshape(unfold(spec, name, array.shape, lead))
@@ -131,11 +136,11 @@ def _run(spec: OpSpec, tensors: Sequence[torch.Tensor], attributes: Mapping[str,
 
 
 def _define(spec: OpSpec) -> CustomOpDef:
-    def run(*tensors: torch.Tensor, **attributes: int) -> Result:
-        return _run(spec, tensors, attributes)
+    def run(*tensors: torch.Tensor, **keywords: Any) -> Result:
+        return _run(spec, tensors, keywords)
 
-    def fake(*tensors: torch.Tensor, **attributes: int) -> Result:
-        return _fake(spec, tensors, attributes)
+    def fake(*tensors: torch.Tensor, **keywords: Any) -> Result:
+        return _fake(spec, tensors, keywords)
 
     run.__name__ = run.__qualname__ = spec.name
     run.__doc__ = spec.summary
