@@ -8,6 +8,7 @@ query parameter or body field and the command line can print one line.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -73,10 +74,29 @@ def resolve_request(
     with _field("op"):
         spec = op if isinstance(op, OpSpec) else get_op(op)
     with _field("shape"):
-        parsed = Shape.parse(shape) if isinstance(shape, str) else shape
+        parsed = _parse_shape(shape, spec) if isinstance(shape, str) else shape
         valid = spec.validate_shape(parsed, max_elements=max_elements)
     with _field("dtype"):
         spec.validate_dtype(dtype)
     with _field("target"):
         profile = get_target(target)
     return WorkloadRequest(spec, valid, dtype, profile)
+
+
+#: Extents without names, as shapes are often written: ``256x256x256``, ``256,256``, ``2*4``.
+_UNNAMED = re.compile(r"\s*\d+(\s*[x×*,]\s*\d+)*\s*")
+
+
+def _parse_shape(text: str, spec: OpSpec) -> Shape:
+    """``Shape.parse``, with a hint when the text gives the extents without their names."""
+    try:
+        return Shape.parse(text)
+    except InputError as exc:
+        if "=" in text or not _UNNAMED.fullmatch(text):
+            raise
+        values = re.findall(r"\d+", text)
+        if len(values) == len(spec.dims):
+            named = ",".join(f"{d}={v}" for d, v in zip(spec.dims, values, strict=True))
+            raise InputError(f"{exc} (did you mean {named}?)") from None
+        example = ",".join(f"{d}=..." for d in spec.dims)
+        raise InputError(f"{exc}; {spec.name}'s dims go by name: {example}") from None

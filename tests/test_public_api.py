@@ -59,9 +59,11 @@ PUBLIC = {
     },
     "tilewise.search": {
         "STRATEGIES",
+        "Attempt",
         "Budget",
         "JobTag",
         "Measured",
+        "Measurer",
         "Progress",
         "ReplayResult",
         "ReplayRun",
