@@ -77,7 +77,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.metrics = metrics
     errors.install(app)
-    for module in (routes.jobs, routes.ops, routes.tilings, routes.service, routes.dashboard):
+    for module in (
+        routes.jobs,
+        routes.ops,
+        routes.tilings,
+        routes.workloads,
+        routes.service,
+        routes.dashboard,
+    ):
         app.include_router(module.router)
     routes.docs.install(app)
 

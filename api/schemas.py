@@ -8,7 +8,7 @@ in ``tilewise.api.deps`` and reported the same way, as a 422 naming the field.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -23,7 +23,16 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 from tilewise.errors import InputError
 from tilewise.kernels.ops import get_op
 from tilewise.kernels.targets import get_target
-from tilewise.store import JobRow, JobStatus, TilingRow, WorkerRow, WorkerStatus, WorkloadRow
+from tilewise.store import (
+    JobRow,
+    JobStatus,
+    RecordSource,
+    RecordStatus,
+    TilingRow,
+    WorkerRow,
+    WorkerStatus,
+    WorkloadRow,
+)
 from tilewise.types import MAX_DIM, Workload
 
 # The least value is the op's (a padding may be 0): JobCreate checks it, naming the dim.
@@ -329,3 +338,30 @@ class HealthPublic(_Out):
     status: Literal["ok"]
     database: str = Field(description="The database kind (sqlite, postgresql).")
     revision: str
+
+
+class RecordPublic(_Out):
+    """One measurement (or refusal, or prediction) of one tiling of a workload."""
+
+    id: int
+    tiling: dict[str, int]
+    status: RecordStatus
+    source: RecordSource
+    latency_us: float | None = Field(description="Median of the samples; only when ok.")
+    spread: float | None = Field(description="Interquartile range over the median.")
+    samples_us: list[float] | None
+    error: str | None
+    constraints: dict[str, float] | None = Field(description="> 0: violated, by that much.")
+    trial_number: int | None
+    job_id: int | None
+    env: dict[str, Any] = Field(description="The toolchain and target that measured it.")
+    created_at: datetime
+
+
+class RecordsPublic(_Out):
+    """``GET /v1/workloads/{key}/records`` (format ``tilewise.records``), as ``tilewise
+    records --format json`` writes it."""
+
+    format: Literal["tilewise.records"]
+    workload: WorkloadPublic
+    records: list[RecordPublic]

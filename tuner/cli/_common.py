@@ -7,7 +7,10 @@ that their commands are registered on :data:`app`.
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
@@ -152,3 +155,34 @@ def check_seed(seed: int | None) -> None:
     written."""
     if seed is not None and not 0 <= seed <= MAX_SEED:
         raise InputError(f"seed must be between 0 and {MAX_SEED}, got {seed}")
+
+
+def output_path(output: str) -> Path | None:
+    """The file ``-o`` names (None for ``-``, stdout), checked before anything is read: its
+    directory exists and it is not one."""
+    if output == "-":
+        return None
+    path = Path(output).expanduser()
+    if not path.parent.is_dir():
+        raise InputError(f"cannot write {path}: no directory {path.parent}")
+    if path.is_dir():
+        raise InputError(f"cannot write {path}: it is a directory")
+    return path
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file in the same directory and a rename:
+    readers see the old file or the new one, never a part."""
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temp, 0o666 & ~umask)  # mkstemp makes it 0600
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
