@@ -20,8 +20,10 @@ from pydantic import (
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from tilewise.api.openapi import SHAPE_DESCRIPTION, job_create_schema
 from tilewise.errors import InputError
 from tilewise.kernels.ops import get_op
+from tilewise.kernels.request import parse_shape
 from tilewise.kernels.targets import get_target
 from tilewise.store import (
     JobRow,
@@ -59,12 +61,15 @@ def _below(floor: int) -> PydanticCustomError:
 class JobCreate(BaseModel):
     """``POST /v1/jobs``: tune ``op`` for one shape on one target."""
 
-    model_config = ConfigDict(extra="forbid")
+    # The schema carries the enums and each op's dims (tilewise.api.openapi).
+    model_config = ConfigDict(extra="forbid", json_schema_extra=job_create_schema)
 
     op: str = Field(description="Op name, see GET /v1/ops.", examples=["scale_relu_dropout"])
     dtype: str = Field(default="float32", description="One of the op's dtypes.")
     target: str = Field(default="cpu-twin", description="See GET /v1/targets.")
-    shape: dict[str, Dim] = Field(description="Every dim of the op.", examples=[{"N": 65536}])
+    shape: dict[str, Dim] = Field(
+        description=SHAPE_DESCRIPTION, examples=[{"N": 65536}, "M=1024,N=512,K=256"]
+    )
     budget: int | None = Field(
         default=None, ge=1, description="Measured evaluations; settings.default_budget if absent."
     )
@@ -92,6 +97,18 @@ class JobCreate(BaseModel):
     @classmethod
     def _target(cls, value: str) -> str:
         return get_target(value).name
+
+    @field_validator("shape", mode="before")
+    @classmethod
+    def _shape_text(cls, value: object, info: ValidationInfo) -> object:
+        """The text form ("M=1024,N=512,K=256", or a JSON object as text) as the object."""
+        if not isinstance(value, str):
+            return value
+        spec = get_op(info.data["op"]) if "op" in info.data else None
+        try:
+            return dict(parse_shape(value, spec))
+        except InputError as exc:  # as _shape: a message pydantic can carry
+            raise ValueError(str(exc).encode("utf-8", "backslashreplace").decode()) from None
 
     @field_validator("shape")
     @classmethod
