@@ -510,7 +510,7 @@ def test_replay_reads_any_space_file_cleanly(tilewise: Cli, spaces: Path, conten
         tilewise.assert_rejected(outcome, argv, "replay")
 
 
-SAFE_COMMANDS = ["ops", "show", "check", "export", "frobnicate", ""]
+SAFE_COMMANDS = ["ops", "show", "check", "records", "export", "frobnicate", ""]
 
 
 @FUZZ
