@@ -71,14 +71,22 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version=__version__,
         description=DESCRIPTION,
         lifespan=lifespan,
-        docs_url="/docs",
+        docs_url=None,  # served by routes.docs, from local assets
         redoc_url=None,
     )
     app.state.settings = settings
     app.state.metrics = metrics
     errors.install(app)
-    for module in (routes.jobs, routes.ops, routes.tilings, routes.service, routes.dashboard):
+    for module in (
+        routes.jobs,
+        routes.ops,
+        routes.tilings,
+        routes.workloads,
+        routes.service,
+        routes.dashboard,
+    ):
         app.include_router(module.router)
+    routes.docs.install(app)
 
     # Added innermost first.
     app.add_middleware(ConcurrencyLimit, max_requests=MAX_CONCURRENT_REQUESTS)

@@ -62,9 +62,11 @@ PUBLIC = {
     },
     "tilewise.search": {
         "STRATEGIES",
+        "Attempt",
         "Budget",
         "JobTag",
         "Measured",
+        "Measurer",
         "Progress",
         "ReplayResult",
         "ReplayRun",

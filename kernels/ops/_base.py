@@ -36,7 +36,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from tilewise.errors import InputError
+from tilewise.errors import InputError, close_matches, did_you_mean
 from tilewise.kernels.ops._values import (
     C_DTYPES,
     MEMORIES,
@@ -61,7 +61,7 @@ from tilewise.kernels.ops._values import (
     round_up,
 )
 from tilewise.kernels.targets import TargetProfile
-from tilewise.types import DTYPES, MAX_DIM, Shape, Tiling
+from tilewise.types import DTYPE_ALIASES, DTYPES, MAX_DIM, Shape, Tiling
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 
@@ -149,10 +149,11 @@ class OpSpec(ABC):
             raise InputError(
                 f"{self.name}: a shape maps dim names to integers, got {type(shape).__name__}"
             )
-        unknown = sorted(set(shape) - set(self.dims))
+        unknown = sorted(set(shape) - set(self.dims), key=str)
         if unknown:
             raise InputError(
-                f"{self.name}: unknown dim {', '.join(unknown)}; dims are {', '.join(self.dims)}"
+                f"{self.name}: unknown dim {', '.join(map(str, unknown))}; dims are "
+                f"{', '.join(self.dims)}{self._renamed_dims_hint(shape, unknown)}"
             )
         missing = [d for d in self.dims if d not in shape]
         if missing:
@@ -176,6 +177,18 @@ class OpSpec(ABC):
                     f"above the limit {max_elements}"
                 )
         return result
+
+    def _renamed_dims_hint(self, shape: Mapping[str, int], unknown: list[str]) -> str:
+        """`` (did you mean M=256,N=256,K=256?)`` when every unknown dim is a dim misspelt (in
+        another case, say), and so the whole shape with the dims renamed; else the renames."""
+        renames = {u: close_matches(u, self.dims) for u in unknown}
+        found = {u: d[0] for u, d in renames.items() if len(d) == 1 and d[0] not in shape}
+        if not found:
+            return ""
+        fixed = {found.get(k, k): v for k, v in shape.items()}
+        if len(found) == len(unknown) == len(set(found.values())) and set(fixed) == set(self.dims):
+            return f" (did you mean {','.join(f'{d}={fixed[d]}' for d in self.dims)}?)"
+        return f" (did you mean {', '.join(f'{d} for {u}' for u, d in found.items())}?)"
 
     @cached_property
     def roles(self) -> dict[str, str]:
@@ -305,8 +318,9 @@ class OpSpec(ABC):
 
     def validate_dtype(self, dtype: str) -> str:
         if dtype not in self.dtypes:
+            hint = did_you_mean(dtype, self.dtypes, aliases=DTYPE_ALIASES)
             raise InputError(
-                f"{self.name}: unknown dtype {dtype!r}; supported: {', '.join(self.dtypes)}"
+                f"{self.name}: unknown dtype {dtype!r}{hint}; supported: {', '.join(self.dtypes)}"
             )
         return dtype
 

@@ -14,13 +14,13 @@ import sys
 import typer
 from typer.exceptions import TyperException
 
-from tilewise.cli import bench, check, db, export, ops, service, show, tune
+from tilewise.cli import bench, check, db, export, ops, records, service, show, tune
 from tilewise.cli._common import ONE_LINE, app, err
 from tilewise.errors import TilewiseError
 
 __all__ = ["app", "main"]
 
-COMMANDS = (ops, tune, show, check, export, service, bench, db)
+COMMANDS = (ops, tune, show, check, records, export, service, bench, db)
 
 
 def main() -> None:

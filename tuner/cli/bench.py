@@ -9,12 +9,12 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from tilewise.cli._common import app, err, fail, out
+from tilewise.cli._common import Typer, app, err, fail, out
 from tilewise.errors import InputError, TilewiseError
 
 DEFAULT_STRATEGIES = ("random", "tpe", "default")
 
-bench_app = typer.Typer(help="Benchmarks of tilewise's search.", no_args_is_help=True)
+bench_app = Typer(help="Benchmarks of tilewise's search.", no_args_is_help=True)
 app.add_typer(bench_app, name="bench")
 
 

@@ -2,35 +2,14 @@
 
 from __future__ import annotations
 
-import os
 import sys
-import tempfile
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from tilewise.cli._common import app, err, fail, settings_for
+from tilewise.cli._common import app, err, fail, output_path, settings_for, write_atomically
 
 FORMATS = ("json", "header")
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same directory and a rename:
-    readers see the old file or the new one, never a part."""
-    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(temp, 0o666 & ~umask)  # mkstemp makes it 0600
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
 
 
 @app.command("export")
@@ -61,11 +40,7 @@ def export(
         if fmt not in FORMATS:
             raise InputError(f"unknown format {fmt!r}; one of: {', '.join(FORMATS)}")
         exporting.canonical_filters(op, target, dtype)  # bad names fail before the DB
-        path = None if output == "-" else Path(output).expanduser()
-        if path is not None and not path.parent.is_dir():
-            raise InputError(f"cannot write {path}: no directory {path.parent}")
-        if path is not None and path.is_dir():
-            raise InputError(f"cannot write {path}: it is a directory")
+        path = output_path(output)
         from tilewise import store
 
         db_handle = store.open_store(settings.db_url, create=False)

@@ -40,12 +40,14 @@ def show(
         asked = workload_request(op, shape, dtype, target, settings)
         spec, parsed, dtype, profile = asked.spec, asked.shape, asked.dtype, asked.target
         workload = Workload(spec.name, spec.version, profile.name, dtype, parsed)
-        best = None
-        if not missing_sqlite_file(settings.db_url):  # no database yet: nothing is tuned
-            db_handle = store.open_store(settings.db_url, create=False)
+        # create=False: a database that does not exist (a SQLite file not there, a mistyped
+        # path) is an error naming it, not a database where nothing is tuned; none is created.
+        db_handle = store.open_store(settings.db_url, create=False)
+        try:
             with db_handle.session() as s:
                 row = store.find_workload(s, key=workload.key)
                 best = store.get_tiling(s, workload_id=row.id) if row else None
+        finally:
             db_handle.close()
     except TilewiseError as exc:
         fail(str(exc))
@@ -78,21 +80,3 @@ def show(
             f"latency {best.latency_us:.1f} us, speedup over default {speed}, "
             f"{best.evaluations} evaluations"
         )
-
-
-def missing_sqlite_file(url: str) -> bool:
-    from pathlib import Path
-
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
-
-    try:
-        parsed = make_url(url)
-    except ArgumentError:
-        return False  # not a URL at all: opening it says so (a traceback here before)
-    database = parsed.database or ""
-    return (
-        parsed.get_backend_name() == "sqlite"
-        and database not in ("", ":memory:")
-        and not Path(database).exists()
-    )

@@ -77,12 +77,9 @@ def tune(
         if not predict:
             # Checked before the database is opened: the Tuner met an unknown strategy only
             # after creating it (found by the CLI fuzz test).
-            from tilewise.search._strategies import STRATEGIES
+            from tilewise.search._strategies import check_strategy
 
-            if strategy not in STRATEGIES:
-                raise InputError(
-                    f"unknown strategy {strategy!r}; known: {', '.join(sorted(STRATEGIES))}"
-                )
+            check_strategy(strategy)
         if predict:
             _tune_predict(spec, parsed, dtype, profile, top=budget, seed=seed, as_json=as_json)
             return
