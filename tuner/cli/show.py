@@ -52,12 +52,31 @@ def show(
     except TilewiseError as exc:
         fail(str(exc))
     if best is None:
+        # What a model calling the op would get for this shape: the runtime's own answer.
+        from tilewise.runtime import TilingTable
+
+        try:
+            table = TilingTable.from_db(settings.db_url, op=spec.name, target=profile.name)
+            answer = table.lookup(spec.name, target=profile.name, dtype=dtype, shape=parsed)
+        except TilewiseError as exc:
+            fail(str(exc))
         if as_json:
-            print(json.dumps({"workload": workload.to_dict(), "tuned": False}))
+            doc = {"workload": workload.to_dict(), "tuned": False, "runtime": answer.to_dict()}
+            print(json.dumps(doc))
         else:
             out.print(
                 f"{spec.name} {parsed} {dtype} on {profile.name}: not tuned "
                 f"(run `tilewise tune {spec.name} --shape {parsed.key()}`)"
+            )
+            if answer.workload is not None:
+                origin = (
+                    f"the tiling tuned for {answer.workload.shape.key()} "
+                    f"(log2 distance {answer.distance:.2f})"
+                )
+            else:
+                origin = "the op's default heuristic (no tuned shape of the op fits)"
+            out.print(
+                f"the runtime answers {answer.source}: {origin}: {json.dumps(dict(answer.tiling))}"
             )
         raise typer.Exit(1)
     result = {
