@@ -23,6 +23,7 @@ from tilewise.kernels.ops import OpSpec, get_op, list_ops
 from tilewise.kernels.targets import get_target
 from tilewise.launch import Ops, load_ops
 from tilewise.launch._host import Host
+from tilewise.launch._twin import TwinLaunch
 from tilewise.runtime import TilingTable
 from tilewise.settings import Settings, get_settings
 from tilewise.types import Shape, Tiling, Workload
@@ -245,12 +246,13 @@ def test_a_kernel_error_is_a_backend_error(settings: Settings) -> None:
     ops = load_ops(TilingTable([]), settings=settings)
     g = _good()
     out = ops.linear_add_gelu(*g.values())
-    plan = ops._plan(LAG, "float32", g, {})
-    host = ops._shared_host()
+    plan = ops._plan(LAG, "float32", {name: a.shape for name, a in g.items()}, {})
+    launch = plan.launch
+    assert isinstance(launch, TwinLaunch)
     with pytest.raises(BackendError, match="n_gm is 4, the kernel expects 5"):
-        host.launch(plan.variant, [a.ctypes.data for a in (*g.values(), out)], {}, plan.packed,
-                    plan.block_dim, plan.limits)  # fmt: skip
-    assert host.threads == CpuTwinBackend(settings).threads
+        launch.host.launch(launch.variant, [a.ctypes.data for a in (*g.values(), out)], {},
+                           launch.packed, launch.block_dim, launch.limits)  # fmt: skip
+    assert launch.host.threads == CpuTwinBackend(settings).threads
 
 
 def test_two_threads_get_their_own_answers_and_choices(settings: Settings) -> None:
