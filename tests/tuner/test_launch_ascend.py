@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.kernels.backends.ascend.ascend_fakes import make_toolkit
+from tests.kernels.backends.ascend.ascend_fakes import FakeNpuHost, install_npu_host
 from tests.tuner.test_launch import assert_matches, call, inputs_for
 from tilewise.errors import BackendError, InputError
 from tilewise.export import TableEntry
@@ -39,32 +39,12 @@ pytestmark = pytest.mark.skipif(
 
 TARGET = "ascend910b2"
 SRD = get_op("scale_relu_dropout")
-DATA = Path(__file__).parents[1] / "kernels" / "data"
-
-
-@dataclasses.dataclass(frozen=True)
-class FakeHost:
-    """A host with the fake CANN installed (ASCEND_HOME_PATH) and one NPU device node."""
-
-    home: Path
-    dev: Path
-    settings: Settings
-
-
-def _install(root: Path) -> FakeHost:
-    home = make_toolkit(root / "Ascend", functional=True, kernels="twin")
-    shutil.copy(DATA / "Ascend910B2.ini", home / "x86_64-linux" / "data" / "platform_config")
-    dev = root / "dev"
-    dev.mkdir()
-    (dev / "davinci0").write_text("")
-    settings = Settings(cache_dir=root / "cache", build_timeout_s=600.0)
-    return FakeHost(home, dev, settings)
 
 
 @pytest.fixture(scope="module")
-def fake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeHost]:
+def fake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeNpuHost]:
     """One fake host and build cache for the module: each variant builds once."""
-    host = _install(tmp_path_factory.mktemp("npu-host"))
+    host = install_npu_host(tmp_path_factory.mktemp("npu-host"))
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("ASCEND_HOME_PATH", str(host.home))
         patch.delenv("TILEWISE_ASCEND_RUN_MODE", raising=False)
@@ -73,7 +53,7 @@ def fake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeHost]:
 
 
 @pytest.fixture(scope="module")
-def ascend(fake: FakeHost) -> TargetProfile:
+def ascend(fake: FakeNpuHost) -> TargetProfile:
     return get_target(TARGET)
 
 
@@ -95,7 +75,7 @@ def other_tiling(spec: OpSpec, shape: Shape, dtype: str, target: TargetProfile) 
 @pytest.mark.slow
 @pytest.mark.parametrize("spec", list_ops(), ids=lambda s: s.name)
 def test_every_op_runs_through_the_ascend_launcher_with_the_ascend_default(
-    spec: OpSpec, fake: FakeHost, ascend: TargetProfile
+    spec: OpSpec, fake: FakeNpuHost, ascend: TargetProfile
 ) -> None:
     shape = spec.example_shapes()[-1]
     ops = load_ops(TilingTable([]), target=TARGET, settings=fake.settings)
@@ -108,7 +88,7 @@ def test_every_op_runs_through_the_ascend_launcher_with_the_ascend_default(
 
 @pytest.mark.slow
 def test_float16_and_float32_variants_of_one_op_each_load_their_own_kernel_library(
-    fake: FakeHost,
+    fake: FakeNpuHost,
 ) -> None:
     """Every variant's kernel library is called libkernels.so: loaded by name, the second
     would bind to the first (float32 code on float16 data: wrong answers or a crash)."""
@@ -121,7 +101,7 @@ def test_float16_and_float32_variants_of_one_op_each_load_their_own_kernel_libra
 
 @pytest.mark.slow
 def test_the_tiling_is_the_ascend_targets_entry_not_the_twins(
-    fake: FakeHost, ascend: TargetProfile
+    fake: FakeNpuHost, ascend: TargetProfile
 ) -> None:
     shape = Shape({"N": 70001})
     tuned = other_tiling(SRD, shape, "float32", ascend)
@@ -143,7 +123,7 @@ def test_the_tiling_is_the_ascend_targets_entry_not_the_twins(
 
 
 @pytest.mark.slow
-def test_out_is_written_and_device_addresses_are_used_as_they_are(fake: FakeHost) -> None:
+def test_out_is_written_and_device_addresses_are_used_as_they_are(fake: FakeNpuHost) -> None:
     """``out=`` receives the copy back; ``launch(device_memory=True)`` hands the addresses to
     the kernel as device memory (the fake ACL's device memory is host memory)."""
     shape = Shape({"N": 8192})
@@ -166,7 +146,7 @@ def test_out_is_written_and_device_addresses_are_used_as_they_are(fake: FakeHost
 
 @pytest.mark.slow
 def test_a_kernel_fault_is_a_backend_error_with_the_acl_meaning(
-    fake: FakeHost, ascend: TargetProfile
+    fake: FakeNpuHost, ascend: TargetProfile
 ) -> None:
     shape = Shape({"N": 4096})
     ops = load_ops(TilingTable([]), target=TARGET, settings=fake.settings)
@@ -192,7 +172,7 @@ def test_a_kernel_fault_is_a_backend_error_with_the_acl_meaning(
 
 
 def test_bad_inputs_are_refused_before_any_launch(
-    fake: FakeHost, monkeypatch: pytest.MonkeyPatch
+    fake: FakeNpuHost, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def refuse(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("launched")
@@ -210,7 +190,7 @@ def test_bad_inputs_are_refused_before_any_launch(
         ops.launch(SRD.name, "float32", {"x": (64,)}, {}, {"x": x.ctypes.data})
 
 
-def test_variants_come_from_the_ascend_backends_build_cache(fake: FakeHost) -> None:
+def test_variants_come_from_the_ascend_backends_build_cache(fake: FakeNpuHost) -> None:
     shape = Shape({"N": 1003})
     call(load_ops(TilingTable([]), target=TARGET, settings=fake.settings), SRD, shape, "float32")
     backend = AscendBackend(fake.settings, target=TARGET)
@@ -238,7 +218,7 @@ def test_without_cann_the_error_names_ascend_home_path_before_the_table_is_read(
 def test_a_host_without_an_npu_or_in_another_run_mode_is_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    host = _install(tmp_path)
+    host = install_npu_host(tmp_path)
     monkeypatch.setenv("ASCEND_HOME_PATH", str(host.home))
     monkeypatch.setattr(AscendBackend, "dev_root", tmp_path / "no-dev")
     with pytest.raises(BackendError, match="run mode npu needs an Ascend NPU on this host"):

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from tilewise.kernels.backends._cpu_twin import TWIN_DIR
 from tilewise.kernels.ops._base import MEMORIES
 from tilewise.kernels.targets import BUILTIN
+from tilewise.settings import Settings
 
 HERE = Path(__file__).resolve().parent
+#: Ascend910B2's platform ini, for target profiles read from a (fake) toolkit.
+ASCEND910B2_INI = HERE.parents[1] / "data" / "Ascend910B2.ini"
 STUB = HERE / "stub"
 FAKE_CANN = HERE / "fake_cann"
 CMAKE_SUBDIR = "compiler/tikcpp/ascendc_kernel_cmake"
@@ -70,3 +74,23 @@ def _twin_config() -> str:
         f'set(FAKE_CANN_LIMITS_AIV "{", ".join(str(aiv[m]) for m in MEMORIES)}")\n'
         f'set(FAKE_CANN_LIMITS_MIX "{", ".join(str(mix[m]) for m in MEMORIES)}")\n'
     )
+
+
+@dataclass(frozen=True)
+class FakeNpuHost:
+    """A host with the fake CANN in twin mode and one NPU device node (see install_npu_host)."""
+
+    home: Path  # for ASCEND_HOME_PATH
+    dev: Path  # for AscendBackend.dev_root
+    settings: Settings  # a build cache of its own
+
+
+def install_npu_host(root: Path) -> FakeNpuHost:
+    """The fake CANN (twin mode, with Ascend910B2's ini) and ``dev/davinci0`` under ``root``;
+    the caller sets ASCEND_HOME_PATH to ``home`` and AscendBackend.dev_root to ``dev``."""
+    home = make_toolkit(root / "Ascend", functional=True, kernels="twin")
+    shutil.copy(ASCEND910B2_INI, home / "x86_64-linux" / "data" / "platform_config")
+    dev = root / "dev"
+    dev.mkdir()
+    (dev / "davinci0").write_text("")
+    return FakeNpuHost(home, dev, Settings(cache_dir=root / "cache", build_timeout_s=600.0))
