@@ -25,9 +25,11 @@ PUBLIC = {
     "tilewise.torch": {
         "OPERATORS",
         "ROW_DIMS",
+        "ConvBnAct",
         "LinearGelu",
         "LlamaMLP",
         "current_ops",
+        "fuse_conv_bn_act",
         "use_table",
     },
     "tilewise.kernels.ops": {
@@ -37,6 +39,7 @@ PUBLIC = {
         "Footprint",
         "GmArg",
         "OpSpec",
+        "Parameter",
         "StructField",
         "Traffic",
         "Tunable",

@@ -13,6 +13,12 @@ its tunables (runtime fields of the tiling struct and compile-time choices), and
 * :meth:`OpSpec.traffic` — bytes moved and flops, fused and unfused, for the fusion analysis.
 * :meth:`OpSpec.tiling_struct` — the packed tiling struct the kernel receives, field by field.
 
+Dims are the shape: a tiling is tuned, stored and looked up per shape. A scalar that changes
+what the kernel computes but not how it is tiled (a LeakyReLU's slope) is a
+:attr:`OpSpec.parameters` entry instead: passed per call, packed into its tiling struct field at
+launch (:meth:`OpSpec.pack_tiling`), taken by :meth:`OpSpec.reference` by keyword, and no part
+of a workload, so one tuned tiling serves every value.
+
 Specs hold no state; every method may be called from any thread.
 """
 
@@ -42,6 +48,7 @@ from tilewise.kernels.ops._values import (
     Fn,
     Footprint,
     GmArg,
+    Parameter,
     Split,
     StructField,
     TorchCase,
@@ -56,6 +63,8 @@ from tilewise.kernels.ops._values import (
 from tilewise.kernels.targets import TargetProfile
 from tilewise.types import DTYPES, MAX_DIM, Shape, Tiling
 
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
 # The value types and helpers live in _values; the op modules import them from here too.
 __all__ = [
     "C_DTYPES",
@@ -69,6 +78,7 @@ __all__ = [
     "Footprint",
     "GmArg",
     "OpSpec",
+    "Parameter",
     "Split",
     "StructField",
     "TorchCase",
@@ -110,6 +120,9 @@ class OpSpec(ABC):
     layout: ClassVar[Mapping[str, tuple[str, ...]]]
     #: Dims no array holds, which a caller passes by keyword (a convolution's stride and pad).
     attributes: ClassVar[tuple[str, ...]] = ()
+    #: Scalars a caller may pass by keyword that are no part of the shape (see the module
+    #: docstring); :meth:`reference` takes each by keyword, at its default when not given.
+    parameters: ClassVar[tuple[Parameter, ...]] = ()
 
     # -- identity --------------------------------------------------------------------------
     @property
@@ -211,6 +224,8 @@ class OpSpec(ABC):
         unknown = sorted(set(attributes) - set(self.attributes))
         if unknown:
             takes = ", ".join(self.attributes) or "none"
+            if self.parameters:
+                takes += f"; parameters: {', '.join(p.name for p in self.parameters)}"
             raise InputError(
                 f"{self.name}: unknown keyword {', '.join(unknown)}; attributes: {takes}"
             )
@@ -223,6 +238,37 @@ class OpSpec(ABC):
             raise InputError(
                 f"{exc} (read from the shapes of {', '.join(dict.fromkeys(seen_in.values()))})"
             ) from None
+
+    def bind_parameters(self, given: Mapping[str, object]) -> dict[str, float]:
+        """Every one of :attr:`parameters` by name: its value in ``given``, else its default.
+
+        Raises:
+            InputError: a name that is no parameter of the op, or a value that is not a finite
+                real number a float32 holds (the tiling struct's field is one).
+        """
+        names = [p.name for p in self.parameters]
+        unknown = sorted(set(given) - set(names))
+        if unknown:
+            raise InputError(
+                f"{self.name}: unknown parameter {', '.join(unknown)}; "
+                f"parameters: {', '.join(names) or 'none'}"
+            )
+        values: dict[str, float] = {}
+        for parameter in self.parameters:
+            value = given.get(parameter.name, parameter.default)
+            real = int | float | np.integer | np.floating
+            if isinstance(value, bool | np.bool_) or not isinstance(value, real):
+                raise InputError(
+                    f"{self.name}: {parameter.name} must be a real number, got {value!r}"
+                )
+            number = float(value)
+            if not math.isfinite(number) or abs(number) > FLOAT32_MAX:
+                raise InputError(
+                    f"{self.name}: {parameter.name} must be finite and within float32's range "
+                    f"(the kernel's tiling struct holds it as one), got {value!r}"
+                )
+            values[parameter.name] = number
+        return values
 
     def baselines(self) -> ModuleType:
         """The op's ``baselines`` module, beside its spec: ``numpy_baseline(shape, inputs,
@@ -387,9 +433,28 @@ class OpSpec(ABC):
     def block_dim(self, tiling: Tiling, shape: Shape, dtype: str, target: TargetProfile) -> int:
         """How many blocks the kernel is launched with."""
 
-    def pack_tiling(self, tiling: Tiling, shape: Shape, dtype: str, target: TargetProfile) -> bytes:
-        fields = self.tiling_struct(tiling, shape, dtype, target)
-        return struct.pack("<" + "".join(f.code for f in fields), *(f.value for f in fields))
+    def pack_tiling(
+        self,
+        tiling: Tiling,
+        shape: Shape,
+        dtype: str,
+        target: TargetProfile,
+        parameters: Mapping[str, object] | None = None,
+    ) -> bytes:
+        """The tiling struct as the kernel reads it, with each of :attr:`parameters` in its
+        field: its value in ``parameters``, else its default (:meth:`bind_parameters`)."""
+        return self.pack_struct(self.tiling_struct(tiling, shape, dtype, target), parameters)
+
+    def pack_struct(
+        self, fields: tuple[StructField, ...], parameters: Mapping[str, object] | None = None
+    ) -> bytes:
+        """:meth:`pack_tiling` of the fields :meth:`tiling_struct` returned: a caller that
+        keeps them packs other parameter values without building the struct again."""
+        bound = self.bind_parameters(parameters or {}) if self.parameters else {}
+        by_field = {p.field: bound[p.name] for p in self.parameters}
+        return struct.pack(
+            "<" + "".join(f.code for f in fields), *(by_field.get(f.name, f.value) for f in fields)
+        )
 
     @abstractmethod
     def make_inputs(
@@ -401,7 +466,8 @@ class OpSpec(ABC):
     def reference(
         self, inputs: Mapping[str, np.ndarray], shape: Shape, dtype: str
     ) -> dict[str, np.ndarray]:
-        """Outputs by GM arg name, computed with numpy."""
+        """Outputs by GM arg name, computed with numpy. An op with :attr:`parameters` also
+        takes each by keyword, at its default when not given."""
 
     def tolerance(self, dtype: str, shape: Shape) -> tuple[float, float]:
         """(rtol, atol) an output must meet."""

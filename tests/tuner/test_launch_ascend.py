@@ -145,6 +145,22 @@ def test_out_is_written_and_device_addresses_are_used_as_they_are(fake: FakeNpuH
 
 
 @pytest.mark.slow
+def test_the_conv_slope_is_packed_per_call_into_the_same_variant(fake: FakeNpuHost) -> None:
+    conv = get_op("conv_bias_leakyrelu")
+    shape = conv.example_shapes()[-1]  # built already by the every-op test when run with it
+    ops = load_ops(TilingTable([]), target=TARGET, settings=fake.settings)
+    inputs = inputs_for(conv, shape, "float32", seed=3)
+    keywords = {a: shape[a] for a in conv.attributes}
+    got = {}
+    for slope in (0.0, -0.5, None):
+        given = {} if slope is None else {"negative_slope": slope}
+        got[slope] = ops.conv_bias_leakyrelu(*inputs.values(), **keywords, **given)
+        assert_matches(conv, shape, "float32", inputs, got[slope], **given)
+    assert len(ops._plans) == 1
+    assert (got[0.0] >= 0).all() and (got[-0.5] > 0).all() and (got[None] < 0).any()
+
+
+@pytest.mark.slow
 def test_a_kernel_fault_is_a_backend_error_with_the_acl_meaning(
     fake: FakeNpuHost, ascend: TargetProfile
 ) -> None:

@@ -119,6 +119,7 @@ class AscendLaunch:
         self,
         gm: Sequence[int | None],
         *,
+        packed: bytes | None = None,
         device_memory: bool = False,
         stream: int | None = None,
         device: int | None = None,
@@ -129,7 +130,7 @@ class AscendLaunch:
             device_memory,
             (ctypes.c_void_p * len(gm))(*gm),
             (ctypes.c_uint64 * len(self.sizes))(*self.sizes),
-            self.packed,
+            self.packed if packed is None else packed,
             self.block_dim,
             self.sys_workspace,
         )

@@ -32,6 +32,7 @@ class Launch(Protocol):
         self,
         gm: Sequence[int | None],
         *,
+        packed: bytes | None = None,
         device_memory: bool = False,
         stream: int | None = None,
         device: int | None = None,
@@ -39,10 +40,12 @@ class Launch(Protocol):
         """Run the kernel on the GM addresses ``gm`` in call order (None: the workspace, which
         the launch provides) and return when it is done.
 
-        ``device_memory``: the addresses are device memory (on an Ascend target, NPU tensors)
-        rather than host memory; ``stream``: the raw ACL stream to launch on (None: one of the
-        launching thread); ``device``: the device id, instead of the Device's own. The cpu-twin
-        ignores all three: its memory is the host's and it has no streams.
+        ``packed``: the tiling struct with other values of the op's parameters (None: the one
+        prepared, parameters at their defaults). ``device_memory``: the addresses are device
+        memory (on an Ascend target, NPU tensors) rather than host memory; ``stream``: the raw
+        ACL stream to launch on (None: one of the launching thread); ``device``: the device id,
+        instead of the Device's own. The cpu-twin ignores the last three: its memory is the
+        host's and it has no streams.
 
         Raises:
             BackendError: the kernel or the runtime reported an error.

@@ -12,7 +12,7 @@ import numpy as np
 
 from tilewise.errors import InputError
 from tilewise.kernels.ops import OPS, OpSpec, get_op
-from tilewise.kernels.ops._base import NUMPY_DTYPES
+from tilewise.kernels.ops._base import NUMPY_DTYPES, StructField
 from tilewise.launch._device import Device, Launch, open_device
 from tilewise.runtime import Source, TilingTable
 from tilewise.settings import Settings, get_settings
@@ -48,7 +48,8 @@ class _Plan:
 
     choice: Choice
     outputs: dict[str, tuple[int, ...]]  # each output's GM argument name and numpy shape
-    launch: Launch
+    fields: tuple[StructField, ...]  # the tiling struct, parameters at their defaults
+    launch: Launch  # with those fields packed
 
 
 class Ops:
@@ -60,10 +61,12 @@ class Ops:
     for the tiling of :attr:`target`, builds the variant once (the target's backend's cached
     build, shared with the tuner) and launches it from this process: on the cpu-twin in
     place on the arrays, on an Ascend target through ACL on device ``device``, the arrays
-    copied to the device and the outputs back. The output is written into ``out`` when given
-    (checked like the inputs), else into a new array; an op with several outputs
-    (``swiglu_grad``: dg, du) returns them as a tuple in GM order and takes ``out`` as such a
-    tuple.
+    copied to the device and the outputs back. The op's ``OpSpec.parameters`` (a
+    convolution's ``negative_slope``) are keywords too, at their defaults when not given; they
+    are no part of the shape, so the tiling is the same for every value. The output is
+    written into ``out`` when given (checked like the inputs), else into a new array; an op
+    with several outputs (``swiglu_grad``: dg, du) returns them as a tuple in GM order and
+    takes ``out`` as such a tuple.
 
     Thread-safe: launches of every :class:`Ops` in the process are serialised by one lock per
     device kind (the twin's thread pool runs one launch at a time, on every core);
@@ -115,8 +118,10 @@ class Ops:
             return self.call(name, *arrays, out=out, **named)
 
         op.__name__ = op.__qualname__ = name
-        op.__doc__ = f"{spec.summary}\n\nInputs: {', '.join(_inputs(spec))}." + (
-            f" Attributes: {', '.join(spec.attributes)}." if spec.attributes else ""
+        op.__doc__ = (
+            f"{spec.summary}\n\nInputs: {', '.join(_inputs(spec))}."
+            + (f" Attributes: {', '.join(spec.attributes)}." if spec.attributes else "")
+            + "".join(f" {p.name}={p.default}: {p.doc}." for p in spec.parameters)
         )
         self.__dict__[name] = op  # found without __getattr__ from now on
         return op
@@ -132,16 +137,18 @@ class Ops:
             BackendError: the variant cannot be built, or the kernel reported an error.
         """
         spec = get_op(op)
-        inputs, attributes = _bind(spec, arrays, named)
+        inputs, attributes, parameters = _bind(spec, arrays, named)
         dtype = _check_inputs(spec, inputs)
         shapes = {name: array.shape for name, array in inputs.items()}
         plan = self._plan(spec, dtype, shapes, attributes)
+        packed = spec.pack_struct(plan.fields, parameters) if parameters else None
         outputs = _outputs(spec, plan.outputs, out, dtype, inputs)
         bound = {**inputs, **outputs}
-        plan.launch([
-            None if role == "workspace" else bound[name].ctypes.data
-            for name, role in spec.roles.items()
-        ])  # fmt: skip
+        plan.launch(
+            [None if role == "workspace" else bound[name].ctypes.data
+             for name, role in spec.roles.items()],
+            packed=packed,
+        )  # fmt: skip
         self._local.choice = plan.choice
         results = tuple(outputs.values())
         return results[0] if len(results) == 1 else results
@@ -151,22 +158,25 @@ class Ops:
         op: str,
         dtype: str,
         shapes: Mapping[str, tuple[int, ...]],
-        attributes: Mapping[str, Any],
+        keywords: Mapping[str, Any],
     ) -> dict[str, tuple[int, ...]]:
         """The shape of each output (by GM name) of ``op`` on inputs of ``shapes`` (by GM
-        name), for a caller that allocates them itself before :meth:`launch`.
+        name) with ``keywords`` (attributes and parameters, as ``ops.<op>`` takes them), for a
+        caller that allocates the outputs itself before :meth:`launch`.
 
         Raises:
-            InputError: the shapes or attributes break a rule of the op.
+            InputError: the shapes or keywords break a rule of the op.
         """
-        return dict(self._plan(get_op(op), dtype, shapes, attributes).outputs)
+        spec = get_op(op)
+        attributes, _ = _keywords(spec, keywords)
+        return dict(self._plan(spec, dtype, shapes, attributes).outputs)
 
     def launch(
         self,
         op: str,
         dtype: str,
         shapes: Mapping[str, tuple[int, ...]],
-        attributes: Mapping[str, Any],
+        keywords: Mapping[str, Any],
         addresses: Mapping[str, int],
         *,
         device_memory: bool = False,
@@ -175,7 +185,8 @@ class Ops:
     ) -> Choice:
         """Run ``op`` on memory its caller owns: ``addresses`` of every input and output (by
         GM name; C-contiguous buffers of ``dtype`` whose shapes are ``shapes`` and
-        :meth:`output_shapes`), unchecked beyond the shapes. This is what the torch ops run on
+        :meth:`output_shapes`), unchecked beyond the shapes, with ``keywords`` (attributes and
+        parameters). This is what the torch ops run on
         NPU tensors: ``device_memory`` (device addresses), ``stream`` (a raw ACL stream) and
         ``device`` (the device id) are as :class:`~tilewise.launch._device.Launch` takes them.
         Returns the :class:`Choice`, also this thread's :attr:`last_choice`.
@@ -187,12 +198,14 @@ class Ops:
         spec = get_op(op)
         if dtype not in spec.dtypes:
             raise InputError(f"{spec.name}: dtype {dtype}; supported: {', '.join(spec.dtypes)}")
+        attributes, parameters = _keywords(spec, keywords)
         plan = self._plan(spec, dtype, shapes, attributes)
         missing = [n for n, r in spec.roles.items() if r != "workspace" and n not in addresses]
         if missing:
             raise InputError(f"{spec.name}: no address for {', '.join(missing)}")
         plan.launch(
             [None if r == "workspace" else addresses[n] for n, r in spec.roles.items()],
+            packed=spec.pack_struct(plan.fields, parameters) if parameters else None,
             device_memory=device_memory,
             stream=stream,
             device=device,
@@ -242,14 +255,16 @@ class Ops:
             tiling, source = spec.default_tiling(shape, dtype, target), "default"
         args = spec.gm_args(shape, dtype)
         shapes = spec.array_shapes(shape)
+        fields = spec.tiling_struct(tiling, shape, dtype, target)
         return _Plan(
             choice=Choice(spec.name, dtype, shape, tiling, source),
             outputs={a.name: shapes[a.name] for a in args if a.role == "out"},
+            fields=fields,
             launch=self._device.prepare(
                 spec,
                 spec.compile_key(tiling, dtype),
                 args=args,
-                packed=spec.pack_tiling(tiling, shape, dtype, target),
+                packed=spec.pack_struct(fields),
                 block_dim=spec.block_dim(tiling, shape, dtype, target),
             ),
         )
@@ -261,23 +276,37 @@ def _inputs(spec: OpSpec) -> list[str]:
 
 def _bind(
     spec: OpSpec, arrays: tuple[Any, ...], named: Mapping[str, Any]
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(inputs by name, attributes) from a call's positional and keyword arguments."""
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """(inputs by name, attributes, parameters) from a call's positional and keyword
+    arguments (see :func:`_keywords`)."""
     names = _inputs(spec)
     if len(arrays) > len(names):
         raise InputError(
             f"{spec.name}: takes {len(names)} arrays ({', '.join(names)}), got {len(arrays)}"
         )
     inputs = dict(zip(names, arrays, strict=False))
-    attributes: dict[str, Any] = {}
+    keywords: dict[str, Any] = {}
     for key, value in named.items():
         if key in inputs:
             raise InputError(f"{spec.name}: {key} given twice (by position and by name)")
-        (inputs if key in names else attributes)[key] = value
+        (inputs if key in names else keywords)[key] = value
     missing = [n for n in names if n not in inputs]
     if missing:
         raise InputError(f"{spec.name}: missing input {', '.join(missing)}")
-    return inputs, attributes
+    return inputs, *_keywords(spec, keywords)
+
+
+def _keywords(spec: OpSpec, keywords: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(attributes, parameters) from a call's keywords that are no inputs: a keyword that is
+    no parameter is taken for an attribute (``OpSpec.shape_of`` names the unknown ones); the
+    parameters are checked and completed with their defaults (``OpSpec.bind_parameters``)
+    when any is given, else empty (the prepared struct holds the defaults)."""
+    attributes: dict[str, Any] = {}
+    parameters: dict[str, Any] = {}
+    for key, value in keywords.items():
+        is_parameter = any(p.name == key for p in spec.parameters)
+        (parameters if is_parameter else attributes)[key] = value
+    return attributes, spec.bind_parameters(parameters) if parameters else {}
 
 
 def _check_array(spec: OpSpec, name: str, value: Any) -> np.ndarray:

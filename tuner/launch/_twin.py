@@ -32,12 +32,14 @@ class TwinLaunch:
         self,
         gm: Sequence[int | None],
         *,
+        packed: bytes | None = None,
         device_memory: bool = False,
         stream: int | None = None,
         device: int | None = None,
     ) -> None:
         del device_memory, stream, device  # the twin's memory is the host's; it has no streams
-        self.host.launch(self.variant, gm, self.workspace, self.packed, self.block_dim, self.limits)
+        tiling = self.packed if packed is None else packed
+        self.host.launch(self.variant, gm, self.workspace, tiling, self.block_dim, self.limits)
 
 
 class TwinDevice(Device):

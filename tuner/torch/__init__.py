@@ -19,7 +19,9 @@ differentiable ones a backward: swiglu's is the fused ``swiglu_grad`` kernel, th
 their reference formulas in torch.
 
 Modules built on the ops, loadable from the state dicts of their plain PyTorch equivalents:
-:class:`LlamaMLP` (Hugging Face's parameter names) and :class:`LinearGelu` (nn.Linear's).
+:class:`LlamaMLP` (Hugging Face's parameter names) and :class:`LinearGelu` (nn.Linear's); and
+:func:`fuse_conv_bn_act`, which folds an eval-mode ``Conv2d, BatchNorm2d, (Leaky)ReLU`` into one
+:class:`ConvBnAct` (``conv_bias_leakyrelu``).
 
 PyTorch is the ``torch`` extra: ``import tilewise`` does not import it, this module does.
 """
@@ -27,6 +29,7 @@ PyTorch is the ``torch`` extra: ``import tilewise`` does not import it, this mod
 from __future__ import annotations
 
 from tilewise.torch import _grads
+from tilewise.torch._conv import ConvBnAct, fuse_conv_bn_act
 from tilewise.torch._linear import LinearGelu
 from tilewise.torch._mlp import LlamaMLP
 from tilewise.torch._ops import OPERATORS
@@ -35,4 +38,13 @@ from tilewise.torch._shared import current_ops, use_table
 
 _grads.register(OPERATORS)
 
-__all__ = ["OPERATORS", "ROW_DIMS", "LinearGelu", "LlamaMLP", "current_ops", "use_table"]
+__all__ = [
+    "OPERATORS",
+    "ROW_DIMS",
+    "ConvBnAct",
+    "LinearGelu",
+    "LlamaMLP",
+    "current_ops",
+    "fuse_conv_bn_act",
+    "use_table",
+]

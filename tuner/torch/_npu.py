@@ -36,16 +36,17 @@ def synchronize(device: torch.device) -> None:
 def run_on_npu(
     spec: OpSpec,
     named: Mapping[str, torch.Tensor],
-    attributes: Mapping[str, Any],
+    keywords: Mapping[str, Any],
     *,
     dtype: str,
     ops: Ops,
 ) -> Result:
-    """Run ``spec`` on the inputs ``named`` (checked: one device, one dtype) through ``ops`` (an
-    Ascend target's), on their device; the outputs are new tensors there.
+    """Run ``spec`` on the inputs ``named`` (checked: one device, one dtype) with ``keywords``
+    (attributes and parameters) through ``ops`` (an Ascend target's), on their device; the
+    outputs are new tensors there.
 
     Raises:
-        InputError: shapes or attributes the op does not take.
+        InputError: shapes or keywords the op does not take.
         BackendError: the variant does not build, or ACL or the kernel reported an error.
     """
     folded, lead = fold(spec, {name: tuple(t.shape) for name, t in named.items()})
@@ -54,14 +55,14 @@ def run_on_npu(
     like = next(iter(inputs.values()))
     outputs = {
         name: like.new_empty(shape)
-        for name, shape in ops.output_shapes(spec.name, dtype, shapes, attributes).items()
+        for name, shape in ops.output_shapes(spec.name, dtype, shapes, keywords).items()
     }
     synchronize(like.device)
     ops.launch(
         spec.name,
         dtype,
         shapes,
-        attributes,
+        keywords,
         {name: t.data_ptr() for name, t in (*inputs.items(), *outputs.items())},
         device_memory=True,
         device=like.device.index,

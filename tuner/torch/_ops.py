@@ -2,7 +2,8 @@
 ``torch.library`` custom op, with a fake implementation for tracing.
 
 The schema comes from the spec: its inputs in GM order as tensors, its :attr:`~OpSpec.attributes`
-as keyword-only ints, one tensor or a tuple of them out. One implementation serves every device
+as keyword-only ints and its :attr:`~OpSpec.parameters` as keyword-only floats with their
+defaults, one tensor or a tuple of them out. One implementation serves every device
 and dispatches on the tensors' device type: CPU tensors go to :meth:`tilewise.launch.Ops.call`
 as numpy arrays sharing their memory (a tensor that is not contiguous is copied to one that is)
 and the arrays the launch wrote come back as tensors; NPU tensors (torch_npu) go to the Ascend
@@ -41,11 +42,13 @@ def _names(spec: OpSpec, role: str) -> list[str]:
 
 
 def schema(spec: OpSpec) -> str:
-    """The op's schema, e.g. ``(Tensor x, Tensor w, Tensor bias, *, int stride, int pad) ->
-    Tensor``."""
+    """The op's schema, e.g. ``(Tensor x, Tensor w, Tensor bias, *, int stride, int pad,
+    float negative_slope=0.1) -> Tensor``."""
     arguments = [f"Tensor {name}" for name in _names(spec, "in")]
-    if spec.attributes:
-        arguments += ["*", *(f"int {name}" for name in spec.attributes)]
+    keywords = [f"int {name}" for name in spec.attributes]
+    keywords += [f"float {p.name}={float(p.default)!r}" for p in spec.parameters]
+    if keywords:
+        arguments += ["*", *keywords]
     outputs = len(_names(spec, "out"))
     returns = "Tensor" if outputs == 1 else f"({', '.join(['Tensor'] * outputs)})"
     return f"({', '.join(arguments)}) -> {returns}"
@@ -116,8 +119,10 @@ def _output_shapes(
     return {name: tuple(extents[d] for d in spec.layout[name]) for name in outputs}
 
 
-def _fake(spec: OpSpec, tensors: Sequence[torch.Tensor], attributes: Mapping[str, int]) -> Result:
+def _fake(spec: OpSpec, tensors: Sequence[torch.Tensor], keywords: Mapping[str, Any]) -> Result:
     named = _bind(spec, tensors)
+    # The parameters change no output shape; the launch checks them.
+    attributes = {name: keywords[name] for name in spec.attributes}
     folded, lead = fold(spec, {name: tuple(t.shape) for name, t in named.items()})
     like = next(iter(named.values()))
     outputs = tuple(
@@ -127,13 +132,14 @@ def _fake(spec: OpSpec, tensors: Sequence[torch.Tensor], attributes: Mapping[str
     return outputs[0] if len(outputs) == 1 else outputs
 
 
-#: An implementation of the ops for one device type: (spec, checked inputs, attributes).
+#: An implementation of the ops for one device type: (spec, checked inputs, keywords: the
+#: attributes and parameters).
 Runner = Callable[[OpSpec, Mapping[str, torch.Tensor], Mapping[str, Any]], Result]
 
 
-def _run(spec: OpSpec, tensors: Sequence[torch.Tensor], attributes: Mapping[str, Any]) -> Result:
+def _run(spec: OpSpec, tensors: Sequence[torch.Tensor], keywords: Mapping[str, Any]) -> Result:
     named = _bind(spec, tensors)
-    return runner(next(iter(named.values())).device.type)(spec, named, attributes)
+    return runner(next(iter(named.values())).device.type)(spec, named, keywords)
 
 
 def runner(device_type: str) -> Runner:
@@ -149,22 +155,22 @@ def runner(device_type: str) -> Runner:
     ops = current_ops(NPU)
 
     def on_npu(
-        spec: OpSpec, named: Mapping[str, torch.Tensor], attributes: Mapping[str, Any]
+        spec: OpSpec, named: Mapping[str, torch.Tensor], keywords: Mapping[str, Any]
     ) -> Result:
         dtype = DTYPES[next(iter(named.values())).dtype]
-        return run_on_npu(spec, named, attributes, dtype=dtype, ops=ops)
+        return run_on_npu(spec, named, keywords, dtype=dtype, ops=ops)
 
     return on_npu
 
 
 def _run_on_cpu(
-    spec: OpSpec, named: Mapping[str, torch.Tensor], attributes: Mapping[str, Any]
+    spec: OpSpec, named: Mapping[str, torch.Tensor], keywords: Mapping[str, Any]
 ) -> Result:
     folded, lead = fold(spec, {name: tuple(t.shape) for name, t in named.items()})
     # detach: .numpy() refuses a tensor that requires grad; reshape and contiguous copy only
     # what is not contiguous already.
     arrays = [t.detach().reshape(folded[name]).contiguous().numpy() for name, t in named.items()]
-    result = current_ops().call(spec.name, *arrays, **attributes)
+    result = current_ops().call(spec.name, *arrays, **keywords)
     written = result if isinstance(result, tuple) else (result,)
     outputs = tuple(
         torch.from_numpy(array).reshape(unfold(spec, name, array.shape, lead))
@@ -174,11 +180,11 @@ def _run_on_cpu(
 
 
 def _define(spec: OpSpec) -> CustomOpDef:
-    def run(*tensors: torch.Tensor, **attributes: int) -> Result:
-        return _run(spec, tensors, attributes)
+    def run(*tensors: torch.Tensor, **keywords: Any) -> Result:
+        return _run(spec, tensors, keywords)
 
-    def fake(*tensors: torch.Tensor, **attributes: int) -> Result:
-        return _fake(spec, tensors, attributes)
+    def fake(*tensors: torch.Tensor, **keywords: Any) -> Result:
+        return _fake(spec, tensors, keywords)
 
     run.__name__ = run.__qualname__ = spec.name
     run.__doc__ = spec.summary
