@@ -35,6 +35,7 @@ from tilewise.export import TableEntry
 from tilewise.kernels.ops import get_op
 from tilewise.kernels.targets import get_target
 from tilewise.launch import load_ops
+from tilewise.launch._twin import TwinLaunch
 from tilewise.runtime import TilingTable
 from tilewise.types import Shape
 
@@ -72,12 +73,14 @@ def main() -> None:
     [output] = (n for n, role in spec.roles.items() if role == "out")
     named[output] = out
 
-    plan = ops._plan(spec, "float32", {n: named[n] for n in made}, attributes)
+    plan = ops._plan(spec, "float32", {n: named[n].shape for n in made}, attributes)
     gm = [None if r == "workspace" else named[n].ctypes.data for n, r in spec.roles.items()]
-    host = ops._shared_host()
+    twin = plan.launch
+    assert isinstance(twin, TwinLaunch)
+    host = twin.host
 
     def launch() -> None:
-        host.launch(plan.variant, gm, plan.workspace, plan.packed, plan.block_dim, plan.limits)
+        host.launch(twin.variant, gm, twin.workspace, twin.packed, twin.block_dim, twin.limits)
 
     def call() -> None:
         op(*inputs, out=out, **attributes)
@@ -90,7 +93,7 @@ def main() -> None:
         "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
         "op": spec.name,
         "shape": dict(shape),
-        "block_dim": plan.block_dim,
+        "block_dim": twin.block_dim,
         "threads": host.threads,
         "calls": args.calls,
         "launch": timed_launch,

@@ -23,6 +23,7 @@ from tilewise.kernels.ops import OpSpec, get_op, list_ops
 from tilewise.kernels.targets import get_target
 from tilewise.launch import Ops, load_ops
 from tilewise.launch._host import Host
+from tilewise.launch._twin import TwinLaunch
 from tilewise.runtime import TilingTable
 from tilewise.settings import Settings, get_settings
 from tilewise.types import Shape, Tiling, Workload
@@ -50,9 +51,11 @@ def inputs_for(spec: OpSpec, shape: Shape, dtype: str, seed: int = 0) -> dict[st
     return {name: np.ascontiguousarray(value.reshape(shapes[name])) for name, value in made.items()}
 
 
-def assert_matches(spec: OpSpec, shape: Shape, dtype: str, inputs: Mapping[str, Any], got: Any):  # type: ignore[no-untyped-def]
-    """``got`` (the op's output, or the tuple of its outputs) against the reference."""
-    wanted = spec.reference(inputs, shape, dtype)
+def assert_matches(spec: OpSpec, shape: Shape, dtype: str, inputs: Mapping[str, Any], got: Any,  # type: ignore[no-untyped-def]
+                   **parameters: float):  # fmt: skip
+    """``got`` (the op's output, or the tuple of its outputs) against the reference (with the
+    op's ``parameters`` given, the others at their defaults)."""
+    wanted = spec.reference(inputs, shape, dtype, **parameters)
     outputs = got if isinstance(got, tuple) else (got,)
     assert len(outputs) == len(wanted), (len(outputs), list(wanted))
     rtol, atol = spec.tolerance(dtype, shape)
@@ -230,7 +233,7 @@ def test_the_conv_slope_is_a_parameter_every_slope_runs_with_one_plan(
     np.testing.assert_array_equal(outputs[None], outputs[0.1])  # the default is 0.1
 
     launched: list[str] = []
-    monkeypatch.setattr(type(ops._shared_host()), "launch", lambda *a, **k: launched.append("x"))
+    monkeypatch.setattr(Host, "launch", lambda *a, **k: launched.append("x"))
     for bad, message in (
         (float("nan"), "negative_slope must be finite"),
         ("0", "negative_slope must be a real number"),
@@ -282,12 +285,13 @@ def test_a_kernel_error_is_a_backend_error(settings: Settings) -> None:
     ops = load_ops(TilingTable([]), settings=settings)
     g = _good()
     out = ops.linear_add_gelu(*g.values())
-    plan = ops._plan(LAG, "float32", g, {})
-    host = ops._shared_host()
+    plan = ops._plan(LAG, "float32", {name: a.shape for name, a in g.items()}, {})
+    launch = plan.launch
+    assert isinstance(launch, TwinLaunch)
     with pytest.raises(BackendError, match="n_gm is 4, the kernel expects 5"):
-        host.launch(plan.variant, [a.ctypes.data for a in (*g.values(), out)], {}, plan.packed,
-                    plan.block_dim, plan.limits)  # fmt: skip
-    assert host.threads == CpuTwinBackend(settings).threads
+        launch.host.launch(launch.variant, [a.ctypes.data for a in (*g.values(), out)], {},
+                           launch.packed, launch.block_dim, launch.limits)  # fmt: skip
+    assert launch.host.threads == CpuTwinBackend(settings).threads
 
 
 def test_two_threads_get_their_own_answers_and_choices(settings: Settings) -> None:

@@ -19,6 +19,7 @@ import tilewise.torch  # noqa: E402 - registers torch.ops.tilewise after torch i
 from tilewise.errors import InputError  # noqa: E402
 from tilewise.kernels.ops import OPS, OpSpec, get_op, list_ops  # noqa: E402
 from tilewise.launch import Ops  # noqa: E402
+from tilewise.launch._host import Host  # noqa: E402
 from tilewise.runtime import TilingTable  # noqa: E402
 from tilewise.settings import Settings  # noqa: E402
 from tilewise.torch import ROW_DIMS  # noqa: E402
@@ -184,7 +185,7 @@ def test_bad_input_is_an_input_error_naming_it_before_any_launch(
     ops: Ops, monkeypatch: pytest.MonkeyPatch, args: tuple[Any, ...], message: str
 ) -> None:
     launched: list[str] = []
-    monkeypatch.setattr(type(ops._shared_host()), "launch", lambda *a, **k: launched.append("x"))
+    monkeypatch.setattr(Host, "launch", lambda *a, **k: launched.append("x"))
     with pytest.raises(InputError, match=message.replace("(", r"\(").replace(")", r"\)")):
         torch.ops.tilewise.swiglu(*args)
     assert launched == []

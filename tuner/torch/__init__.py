@@ -1,4 +1,4 @@
-"""The tuned kernels as PyTorch operators, run in this process on CPU tensors::
+"""The tuned kernels as PyTorch operators, run in this process on CPU (and NPU) tensors::
 
     import torch
     import tilewise.torch  # registers torch.ops.tilewise.<op> for every op
@@ -9,11 +9,14 @@
 
 Each call goes through one shared :class:`tilewise.launch.Ops` (see :func:`use_table`): the
 tiling of the shape from the table, the kernel launched in process on the tensors' memory.
-Float32 and float16 CPU tensors only; a tensor that breaks a rule raises
-:class:`tilewise.InputError` naming it before anything runs. Ops that work row by row take
-leading batch dims (:data:`ROW_DIMS`). Every op has a fake implementation (``torch.compile``
-with ``fullgraph=True``, ``torch.export``) and the differentiable ones a backward: swiglu's is
-the fused ``swiglu_grad`` kernel, the others are their reference formulas in torch.
+Float32 and float16 CPU tensors run on the cpu-twin; NPU tensors (torch_npu) run the Ascend
+kernels of the target given to ``use_table(source, target="ascend910b2")`` on their device, in
+device memory (tested against a fake CANN toolkit only: no NPU tensor has existed here). A
+tensor that breaks a rule raises :class:`tilewise.InputError` naming it before anything runs.
+Ops that work row by row take leading batch dims (:data:`ROW_DIMS`). Every op has a fake
+implementation (``torch.compile`` with ``fullgraph=True``, ``torch.export``) and the
+differentiable ones a backward: swiglu's is the fused ``swiglu_grad`` kernel, the others are
+their reference formulas in torch.
 
 Modules built on the ops, loadable from the state dicts of their plain PyTorch equivalents:
 :class:`LlamaMLP` (Hugging Face's parameter names) and :class:`LinearGelu` (nn.Linear's); and
