@@ -277,6 +277,7 @@ def bench_block(
         "compile_s": round(compile_s, 1),
         "rounds": rounds,
         "spread": {name: spread(v) for name, v in samples.items() if v},
+        "load": round(os.getloadavg()[0], 2),  # the 1-minute load average as the row ended
         **checked,
     }
 

@@ -105,7 +105,7 @@ def models(
             raise InputError(f"budget must be at most {settings.max_budget}, got {budget}")
 
         def log(message: str) -> None:
-            err.print(f"  {message}", highlight=False, markup=False)
+            err.print(f"  {message}", highlight=False, markup=False, soft_wrap=True)
 
         report = bench.run(
             settings=settings,
