@@ -105,7 +105,9 @@ class _Asked(TilingTable):
 
 
 def workloads(block: Block, settings: Settings) -> dict[str, list[Workload]]:
-    """The kernel calls of each of the block's tilewise modules, by contender name."""
+    """The kernel calls of each of the block's tilewise modules, by contender name: each runs
+    once on an empty table that notes what it is asked (every shape gets its default tiling;
+    the torch ops keep that table until the next :func:`tilewise.torch.use_table`)."""
     found = {}
     with torch.inference_mode():
         for name, module in block.tilewise.items():
