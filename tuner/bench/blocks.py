@@ -9,17 +9,14 @@ input.
   ``parts_us``): the ``swiglu_mlp`` call, ``down_proj`` alone and, under ``torch.compile``,
   the gate and up projections with the SiLU and product (what ``swiglu_mlp`` replaces).
 * ``conv_bn_relu`` — ``nn.Sequential(Conv2d (no bias), BatchNorm2d (eval), ReLU)`` on NCHW,
-  the convolution of a ResNet stage. ``tilewise``: ``tilewise.torch.fuse_conv_bn_act(conv, bn,
-  relu)`` (the BatchNorm folded into the convolution, run by ``conv_bias_leakyrelu`` with slope
-  0), when this build has it; without it the block has no tilewise module and says why.
+  the convolution of a ResNet stage. ``tilewise``: :func:`tilewise.torch.fuse_conv_bn_act`
+  (the BatchNorm folded into the convolution, run by ``conv_bias_leakyrelu`` with slope 0).
 """
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -79,8 +76,7 @@ class Block:
     """One row of the benchmark: ``reference`` (plain PyTorch, eval mode; timed eager and under
     ``torch.compile``) and the ``tilewise`` modules (by contender name; ``"tilewise"`` is the
     row's headline) on ``x``. ``parts`` are calls timed beside them to say where the time goes;
-    a name starting with ``compile_`` is compiled before it is timed. ``unavailable`` says
-    why a block has no tilewise module in this build."""
+    a name starting with ``compile_`` is compiled before it is timed."""
 
     name: str
     config: Mapping[str, int]
@@ -88,7 +84,6 @@ class Block:
     x: torch.Tensor
     tilewise: Mapping[str, nn.Module]
     parts: Mapping[str, Callable[[torch.Tensor], object]] = field(default_factory=dict)
-    unavailable: str | None = None
 
 
 def _generator(seed: int) -> torch.Generator:
@@ -153,11 +148,5 @@ def conv_bn_relu_block(shape: Mapping[str, int] = CONV, *, seed: int = 0) -> Blo
         bn.bias.copy_(torch.randn(k) * 0.1)
     reference = nn.Sequential(conv, bn, nn.ReLU()).eval()
     x = torch.randn(shape["N"], c, shape["H"], shape["W"], generator=_generator(seed + 1))
-    config = dict(shape)
-    fuse: Any = getattr(tilewise.torch, "fuse_conv_bn_act", None)
-    if fuse is None:
-        reason = "tilewise.torch.fuse_conv_bn_act is not in this build"
-        return Block("conv_bn_relu", config, reference, x, {}, unavailable=reason)
-    # Copies: folding must not touch the reference's parameters.
-    fused = fuse(copy.deepcopy(conv), copy.deepcopy(bn), nn.ReLU()).eval()
-    return Block("conv_bn_relu", config, reference, x, {"tilewise": fused})
+    fused = tilewise.torch.fuse_conv_bn_act(conv, bn, nn.ReLU()).eval()
+    return Block("conv_bn_relu", dict(shape), reference, x, {"tilewise": fused})

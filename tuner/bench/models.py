@@ -242,7 +242,7 @@ def bench_block(
     log: Callable[[str], None],
 ) -> dict[str, Any]:
     """One row: the block checked, compiled, then timed (see the module docstring)."""
-    checked = check(block, found) if block.tilewise else {}
+    checked = check(block, found)
     x = block.x
     with torch.inference_mode():
         started = time.perf_counter()
@@ -267,8 +267,6 @@ def bench_block(
         "block": block.name,
         "tokens": block.config.get("tokens"),
         "config": dict(block.config),
-        "available": block.unavailable is None,
-        "note": block.unavailable,
         "tilewise_us": ours,
         "tilewise_unfused_us": got.get("tilewise_unfused"),
         "eager_us": eager,
@@ -406,7 +404,7 @@ def table(report: Mapping[str, Any]) -> Table:
         t.add_row(
             row["block"],
             _what(row),
-            _cell(row["tilewise_us"]) if row["available"] else "not available",
+            _cell(row["tilewise_us"]),
             _cell(row["tilewise_unfused_us"]),
             _cell(row["eager_us"]),
             _cell(row["compile_us"]),
@@ -417,7 +415,7 @@ def table(report: Mapping[str, Any]) -> Table:
 
 
 def print_report(report: Mapping[str, Any], width: int) -> None:
-    """The table, the per-call overhead, the tuning done and each unavailable block's note."""
+    """The table, the per-call overhead and the tuning done."""
     wide = Console(width=max(width, 160))
     wide.print(table(report))
     o = report["overhead"]
@@ -440,6 +438,3 @@ def print_report(report: Mapping[str, Any], width: int) -> None:
             f"tiling: {entry['source']}",
             markup=False,
         )
-    for row in report["rows"]:
-        if row["note"]:
-            wide.print(f"{row['block']} {_what(row)}: {row['note']}", markup=False)
