@@ -19,8 +19,8 @@ same module under ``torch.compile``, float32 on the CPU, in one run on this mach
    compile is not in the timings (``compile_s`` says what it took). Then every contender of a
    block (the tilewise modules, eager, compiled, and the block's parts) is timed in
    ``rounds`` interleaved rounds (:func:`tilewise.bench.timing.interleaved`: a quarter-second
-   pause and 200 ms of warm-up before each visit, a visit times at least ``TIMED_MS`` of runs
-   and reports their median), all under ``torch.inference_mode()``; a row reports the median
+   pause and warm-up runs before each visit, which times at least ``TIMED_MS`` of runs and
+   reports their median), all under ``torch.inference_mode()``; a row reports the median
    of its rounds, in µs.
 5. **Per-call overhead.** :func:`tilewise.bench.overhead.measure_overhead` at its tiny shape.
 
