@@ -77,7 +77,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version=__version__,
         description=DESCRIPTION,
         lifespan=lifespan,
-        docs_url="/docs",
+        docs_url=None,  # served by routes.docs, from local assets
         redoc_url=None,
     )
     app.state.settings = settings
@@ -88,10 +88,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         routes.batches,
         routes.ops,
         routes.tilings,
+        routes.workloads,
         routes.service,
         routes.dashboard,
     ):
         app.include_router(module.router)
+    routes.docs.install(app)
 
     # Added innermost first.
     app.add_middleware(ConcurrencyLimit, max_requests=MAX_CONCURRENT_REQUESTS)

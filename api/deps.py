@@ -21,14 +21,15 @@ from sqlalchemy.orm import Session
 from tilewise.api.errors import FieldError, NotFound
 from tilewise.api.lookup import LookupCache
 from tilewise.api.misses import MissRecorder
+from tilewise.api.openapi import SHAPE_DESCRIPTION, enums, shape_query_schema
 from tilewise.api.schemas import JobCreate
-from tilewise.errors import InputError
+from tilewise.errors import InputError, did_you_mean
 from tilewise.kernels.ops import OpSpec, get_op
 from tilewise.kernels.request import RequestError, WorkloadRequest, resolve_request
 from tilewise.kernels.targets import get_target
 from tilewise.settings import Settings
 from tilewise.store import Store, session_scope
-from tilewise.types import DTYPES, Shape
+from tilewise.types import DTYPE_ALIASES, DTYPES, Shape
 
 
 def get_settings(request: Request) -> Settings:
@@ -136,7 +137,12 @@ def tune_request(body: JobCreate, settings: SettingsDep) -> TuneRequest:
 TuneRequestDep = Annotated[TuneRequest, Depends(tune_request)]
 
 
-def op_spec(op: Annotated[str, Path(description="Op name, see GET /v1/ops.")]) -> OpSpec:
+def op_spec(
+    op: Annotated[
+        str,
+        Path(description="Op name, see GET /v1/ops.", json_schema_extra={"enum": enums()["op"]}),
+    ],
+) -> OpSpec:
     try:
         return get_op(op)
     except InputError as exc:
@@ -156,9 +162,15 @@ def _resolve(
         raise FieldError((where, exc.field), str(exc)) from exc
 
 
-ShapeQuery = Annotated[str, Query(description="Dims, e.g. M=1024,N=1024,K=1024.")]
-DtypeQuery = Annotated[str, Query(description="One of the op's dtypes.")]
-TargetQuery = Annotated[str, Query(description="See GET /v1/targets.")]
+ShapeQuery = Annotated[
+    str, Query(description=SHAPE_DESCRIPTION, json_schema_extra=shape_query_schema())
+]
+DtypeQuery = Annotated[
+    str, Query(description="One of the op's dtypes.", json_schema_extra={"enum": enums()["dtype"]})
+]
+TargetQuery = Annotated[
+    str, Query(description="See GET /v1/targets.", json_schema_extra={"enum": enums()["target"]})
+]
 
 
 def workload_query(
@@ -181,7 +193,13 @@ EXAMPLE_DIM = 1024
 def space_query(
     spec: OpDep,
     settings: SettingsDep,
-    shape: Annotated[str | None, Query(description=f"Default: every dim {EXAMPLE_DIM}.")] = None,
+    shape: Annotated[
+        str | None,
+        Query(
+            description=f"{SHAPE_DESCRIPTION} Default: every dim {EXAMPLE_DIM}.",
+            json_schema_extra=shape_query_schema(),
+        ),
+    ] = None,
     dtype: DtypeQuery = "float32",
     target: TargetQuery = "cpu-twin",
 ) -> WorkloadRequest:
@@ -201,14 +219,23 @@ class TableFilters:
 
 
 def table_filters(
-    target: Annotated[str | None, Query(description="Only this target.")] = None,
-    dtype: Annotated[str | None, Query(description="Only this dtype.")] = None,
+    target: Annotated[
+        str | None,
+        Query(description="Only this target.", json_schema_extra={"enum": enums()["target"]}),
+    ] = None,
+    dtype: Annotated[
+        str | None,
+        Query(description="Only this dtype.", json_schema_extra={"enum": enums()["dtype"]}),
+    ] = None,
 ) -> TableFilters:
     if target is not None:
         with blame("query", "target"):
             target = get_target(target).name
     if dtype is not None and dtype not in DTYPES:
-        raise FieldError(("query", "dtype"), f"unknown dtype {dtype!r}; one of {', '.join(DTYPES)}")
+        hint = did_you_mean(dtype, DTYPES, aliases=DTYPE_ALIASES)
+        raise FieldError(
+            ("query", "dtype"), f"unknown dtype {dtype!r}{hint}; one of {', '.join(DTYPES)}"
+        )
     return TableFilters(target, dtype)
 
 

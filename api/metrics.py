@@ -10,8 +10,19 @@ metric                                             type       labels
 ``tilewise_jobs``                                  gauge      status (every status, 0 included)
 ``tilewise_workloads``                             gauge      —
 ``tilewise_workloads_tuned``                       gauge      —
+``tilewise_queued_jobs``                            gauge      target (every target, 0 included)
+``tilewise_evaluations_total``                     counter    status (every status, 0 included)
+``tilewise_evaluation_seconds``                    summary    target (``_sum`` and ``_count``)
 ``tilewise_database_up``                           gauge      — (0: the gauges above are absent)
 =================================================  =========  ==================================
+
+The tuning metrics come from the database, as the workers that tune write it, so one scrape of
+the API sees every worker's: ``tilewise_evaluations_total`` counts the tilings the searches
+tried by outcome (``infeasible``: refused before a build; re-measures left out);
+``tilewise_evaluation_seconds`` adds up, per target, the wall time of the jobs that ran (to now
+for a running one) as ``_sum`` and their evaluations as ``_count``, so that
+``rate(_sum) / rate(_count)`` is the time one evaluation takes in a tuning run (its build,
+launches and the search's own work); ``tilewise_queued_jobs`` is the queue's depth per target.
 """
 
 from __future__ import annotations
@@ -21,17 +32,27 @@ import time
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    Metric,
+    SummaryMetricFamily,
+)
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tilewise.errors import StoreError
+from tilewise.kernels.targets import target_names
 from tilewise.store import (
     JobStatus,
+    RecordStatus,
     Store,
+    count_evaluations_by_status,
     count_jobs_by_status,
     count_tilings,
     count_workloads,
+    job_time_by_target,
+    queued_jobs_by_target,
     session_scope,
 )
 
@@ -55,6 +76,9 @@ class _StoreCollector(Collector):
                 by_status = count_jobs_by_status(session)
                 n_workloads = count_workloads(session)
                 n_tuned = count_tilings(session)
+                queued = queued_jobs_by_target(session)
+                evaluations = count_evaluations_by_status(session)
+                job_time = job_time_by_target(session)
         except StoreError as exc:
             log.warning("metrics: %s", exc)
             up.add_metric([], 0)
@@ -70,6 +94,28 @@ class _StoreCollector(Collector):
         yield GaugeMetricFamily(
             "tilewise_workloads_tuned", "Workloads with a tiling in the table.", value=n_tuned
         )
+        depth = GaugeMetricFamily(
+            "tilewise_queued_jobs", "Jobs waiting for a worker, by target.", labels=["target"]
+        )
+        for target in sorted({*target_names(), *queued}):
+            depth.add_metric([target], queued.get(target, 0))
+        yield depth
+        tried = CounterMetricFamily(
+            "tilewise_evaluations",
+            "Tilings the searches tried, by outcome (infeasible: refused before a build).",
+            labels=["status"],
+        )
+        for outcome in RecordStatus:
+            tried.add_metric([outcome.value], evaluations.get(outcome, 0))
+        yield tried
+        spent = SummaryMetricFamily(
+            "tilewise_evaluation_seconds",
+            "Wall time of tuning jobs (sum) over their evaluations (count), by target.",
+            labels=["target"],
+        )
+        for target, (seconds, count) in sorted(job_time.items()):
+            spent.add_metric([target], count_value=count, sum_value=seconds)
+        yield spent
 
 
 class Metrics:

@@ -8,7 +8,7 @@ in ``tilewise.api.deps`` and reported the same way, as a 422 naming the field.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -20,11 +20,22 @@ from pydantic import (
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from tilewise.api.openapi import SHAPE_DESCRIPTION, job_create_schema
 from tilewise.errors import InputError
 from tilewise.kernels.ops import get_op
+from tilewise.kernels.request import parse_shape
 from tilewise.kernels.targets import get_target
 from tilewise.manifest import Manifest
-from tilewise.store import JobRow, JobStatus, TilingRow, WorkerRow, WorkerStatus, WorkloadRow
+from tilewise.store import (
+    JobRow,
+    JobStatus,
+    RecordSource,
+    RecordStatus,
+    TilingRow,
+    WorkerRow,
+    WorkerStatus,
+    WorkloadRow,
+)
 from tilewise.types import MAX_DIM, Workload
 
 # The least value is the op's (a padding may be 0): JobCreate checks it, naming the dim.
@@ -51,12 +62,15 @@ def _below(floor: int) -> PydanticCustomError:
 class JobCreate(BaseModel):
     """``POST /v1/jobs``: tune ``op`` for one shape on one target."""
 
-    model_config = ConfigDict(extra="forbid")
+    # The schema carries the enums and each op's dims (tilewise.api.openapi).
+    model_config = ConfigDict(extra="forbid", json_schema_extra=job_create_schema)
 
     op: str = Field(description="Op name, see GET /v1/ops.", examples=["scale_relu_dropout"])
     dtype: str = Field(default="float32", description="One of the op's dtypes.")
     target: str = Field(default="cpu-twin", description="See GET /v1/targets.")
-    shape: dict[str, Dim] = Field(description="Every dim of the op.", examples=[{"N": 65536}])
+    shape: dict[str, Dim] = Field(
+        description=SHAPE_DESCRIPTION, examples=[{"N": 65536}, "M=1024,N=512,K=256"]
+    )
     budget: int | None = Field(
         default=None, ge=1, description="Measured evaluations; settings.default_budget if absent."
     )
@@ -84,6 +98,18 @@ class JobCreate(BaseModel):
     @classmethod
     def _target(cls, value: str) -> str:
         return get_target(value).name
+
+    @field_validator("shape", mode="before")
+    @classmethod
+    def _shape_text(cls, value: object, info: ValidationInfo) -> object:
+        """The text form ("M=1024,N=512,K=256", or a JSON object as text) as the object."""
+        if not isinstance(value, str):
+            return value
+        spec = get_op(info.data["op"]) if "op" in info.data else None
+        try:
+            return dict(parse_shape(value, spec))
+        except InputError as exc:  # as _shape: a message pydantic can carry
+            raise ValueError(str(exc).encode("utf-8", "backslashreplace").decode()) from None
 
     @field_validator("shape")
     @classmethod
@@ -336,6 +362,33 @@ class HealthPublic(_Out):
     status: Literal["ok"]
     database: str = Field(description="The database kind (sqlite, postgresql).")
     revision: str
+
+
+class RecordPublic(_Out):
+    """One measurement (or refusal, or prediction) of one tiling of a workload."""
+
+    id: int
+    tiling: dict[str, int]
+    status: RecordStatus
+    source: RecordSource
+    latency_us: float | None = Field(description="Median of the samples; only when ok.")
+    spread: float | None = Field(description="Interquartile range over the median.")
+    samples_us: list[float] | None
+    error: str | None
+    constraints: dict[str, float] | None = Field(description="> 0: violated, by that much.")
+    trial_number: int | None
+    job_id: int | None
+    env: dict[str, Any] = Field(description="The toolchain and target that measured it.")
+    created_at: datetime
+
+
+class RecordsPublic(_Out):
+    """``GET /v1/workloads/{key}/records`` (format ``tilewise.records``), as ``tilewise
+    records --format json`` writes it."""
+
+    format: Literal["tilewise.records"]
+    workload: WorkloadPublic
+    records: list[RecordPublic]
 
 
 BatchItemStatus = Literal["tuned", "queued", "running", "succeeded", "failed", "cancelled"]

@@ -8,6 +8,8 @@ query parameter or body field and the command line can print one line.
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -20,7 +22,7 @@ from tilewise.types import Shape, Workload
 
 Field = Literal["op", "shape", "dtype", "target"]
 
-__all__ = ["RequestError", "WorkloadRequest", "resolve_request"]
+__all__ = ["RequestError", "WorkloadRequest", "parse_shape", "resolve_request"]
 
 
 class RequestError(InputError):
@@ -63,8 +65,8 @@ def resolve_request(
     *,
     max_elements: int | None = None,
 ) -> WorkloadRequest:
-    """Check a request field by field: the op exists, the shape (``"M=1024,N=512,K=256"`` or a
-    mapping) is one of the op's within ``max_elements`` per tensor, the dtype is the op's, the
+    """Check a request field by field: the op exists, the shape (any form :func:`parse_shape`
+    reads) is one of the op's within ``max_elements`` per tensor, the dtype is the op's, the
     target is known (its canonical profile is returned).
 
     Raises:
@@ -73,10 +75,53 @@ def resolve_request(
     with _field("op"):
         spec = op if isinstance(op, OpSpec) else get_op(op)
     with _field("shape"):
-        parsed = Shape.parse(shape) if isinstance(shape, str) else shape
+        parsed = parse_shape(shape, spec)
         valid = spec.validate_shape(parsed, max_elements=max_elements)
     with _field("dtype"):
         spec.validate_dtype(dtype)
     with _field("target"):
         profile = get_target(target)
     return WorkloadRequest(spec, valid, dtype, profile)
+
+
+#: Extents without names, as shapes are often written: ``256x256x256``, ``256,256``, ``2*4``.
+_UNNAMED = re.compile(r"\s*\d+(\s*[x×*,]\s*\d+)*\s*")
+
+
+def parse_shape(shape: str | Mapping[str, int], spec: OpSpec | None = None) -> Mapping[str, int]:
+    """A shape in any of the forms a request may give it, the same in a query string, a JSON
+    body or on the command line: the text ``"M=1024,N=512,K=256"``, a JSON object as text
+    (``'{"M": 1024, "N": 512, "K": 256}'``), or a mapping. The dims and their values are not
+    checked here (:meth:`OpSpec.validate_shape` does); with the ``spec``, extents written
+    without their names (``256x512x256``) get a hint naming them.
+
+    Raises:
+        InputError: text in neither form.
+    """
+    if not isinstance(shape, str):
+        return shape
+    text = shape.strip()
+    if not text.startswith("{"):
+        return _parse_text(text, spec)
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError) as exc:  # RecursionError: nesting thousands deep
+        raise InputError(f"shape: not a JSON object: {exc}") from None
+    if not isinstance(value, dict):
+        raise InputError("shape: a JSON shape is an object of dim: integer")
+    return value
+
+
+def _parse_text(text: str, spec: OpSpec | None) -> Shape:
+    """``Shape.parse``, with a hint when the text gives the extents without their names."""
+    try:
+        return Shape.parse(text)
+    except InputError as exc:
+        if spec is None or "=" in text or not _UNNAMED.fullmatch(text):
+            raise
+        values = re.findall(r"\d+", text)
+        if len(values) == len(spec.dims):
+            named = ",".join(f"{d}={v}" for d, v in zip(spec.dims, values, strict=True))
+            raise InputError(f"{exc} (did you mean {named}?)") from None
+        example = ",".join(f"{d}=..." for d in spec.dims)
+        raise InputError(f"{exc}; {spec.name}'s dims go by name: {example}") from None

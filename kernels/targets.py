@@ -14,7 +14,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from tilewise.errors import ConfigError, InputError
+from tilewise.errors import ConfigError, InputError, did_you_mean
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -178,6 +178,11 @@ def _twin_of(profile: str) -> TargetProfile:
     return replace(BUILTIN[profile], name="cpu-twin", backend="cpu-twin")
 
 
+def target_names() -> list[str]:
+    """Every target's name: ``cpu-twin``, then the Ascend profiles."""
+    return ["cpu-twin", *BUILTIN]
+
+
 def get_target(name: str) -> TargetProfile:
     """Look a target up by name (case-insensitive)."""
     if not isinstance(name, str):
@@ -187,8 +192,9 @@ def get_target(name: str) -> TargetProfile:
         return twin_target()
     if key in BUILTIN:
         return ascend_target(key)
-    known = ", ".join(["cpu-twin", *BUILTIN])
-    raise InputError(f"unknown target {name!r}; known targets: {known}")
+    names = target_names()
+    hint = did_you_mean(key, names)
+    raise InputError(f"unknown target {name!r}{hint}; known targets: {', '.join(names)}")
 
 
 def list_targets() -> list[TargetProfile]:

@@ -40,9 +40,11 @@ PUBLIC = {
     "tilewise.torch": {
         "OPERATORS",
         "ROW_DIMS",
+        "ConvBnAct",
         "LinearGelu",
         "LlamaMLP",
         "current_ops",
+        "fuse_conv_bn_act",
         "use_table",
     },
     "tilewise.kernels.ops": {
@@ -52,6 +54,7 @@ PUBLIC = {
         "Footprint",
         "GmArg",
         "OpSpec",
+        "Parameter",
         "StructField",
         "Traffic",
         "Tunable",
@@ -74,9 +77,11 @@ PUBLIC = {
     },
     "tilewise.search": {
         "STRATEGIES",
+        "Attempt",
         "Budget",
         "JobTag",
         "Measured",
+        "Measurer",
         "Progress",
         "ReplayResult",
         "ReplayRun",

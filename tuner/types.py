@@ -12,6 +12,17 @@ from tilewise.errors import InputError
 
 DTYPES: tuple[str, ...] = ("float32", "float16")
 DTYPE_BYTES: dict[str, int] = {"float32": 4, "float16": 2}
+#: Other names people give the dtypes (numpy's, PyTorch's, CUDA's), for did-you-mean hints only:
+#: a request names a dtype by its one name.
+DTYPE_ALIASES: dict[str, str] = {
+    "fp32": "float32",
+    "f32": "float32",
+    "float": "float32",
+    "single": "float32",
+    "fp16": "float16",
+    "f16": "float16",
+    "half": "float16",
+}
 
 #: The largest extent accepted for one dimension: far past any real operator, small enough
 #: that products of dims stay exact and allocations stay sane.

@@ -1,6 +1,7 @@
-"""The routers: REST under /v1 (jobs, batches, ops, tilings and tables, targets and workers), the
-service endpoints (health, metrics) and the dashboard."""
+"""The routers: REST under /v1 (jobs, batches, ops, tilings and tables, workloads' records,
+targets and workers), the service endpoints (health, metrics), the dashboard and the API's
+documentation pages."""
 
-from tilewise.api.routes import batches, dashboard, jobs, ops, service, tilings
+from tilewise.api.routes import batches, dashboard, docs, jobs, ops, service, tilings, workloads
 
-__all__ = ["batches", "dashboard", "jobs", "ops", "service", "tilings"]
+__all__ = ["batches", "dashboard", "docs", "jobs", "ops", "service", "tilings", "workloads"]

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import importlib
 
-from tilewise.errors import InputError
+from tilewise.errors import InputError, did_you_mean
 from tilewise.kernels.ops._base import (
     Buffer,
     Check,
     Footprint,
     GmArg,
     OpSpec,
+    Parameter,
     StructField,
     Traffic,
     Tunable,
@@ -23,6 +24,7 @@ __all__ = [
     "Footprint",
     "GmArg",
     "OpSpec",
+    "Parameter",
     "StructField",
     "Traffic",
     "Tunable",
@@ -47,7 +49,10 @@ def get_op(name: str) -> OpSpec:
     try:
         module = OPS[name]
     except (KeyError, TypeError):  # TypeError: not a string (an unhashable value)
-        raise InputError(f"unknown op {name!r}; known ops: {', '.join(sorted(OPS))}") from None
+        hint = did_you_mean(name, OPS)
+        raise InputError(
+            f"unknown op {name!r}{hint}; known ops: {', '.join(sorted(OPS))}"
+        ) from None
     spec: OpSpec = importlib.import_module(module).SPEC
     return spec
 

@@ -13,6 +13,12 @@ its tunables (runtime fields of the tiling struct and compile-time choices), and
 * :meth:`OpSpec.traffic` — bytes moved and flops, fused and unfused, for the fusion analysis.
 * :meth:`OpSpec.tiling_struct` — the packed tiling struct the kernel receives, field by field.
 
+Dims are the shape: a tiling is tuned, stored and looked up per shape. A scalar that changes
+what the kernel computes but not how it is tiled (a LeakyReLU's slope) is a
+:attr:`OpSpec.parameters` entry instead: passed per call, packed into its tiling struct field at
+launch (:meth:`OpSpec.pack_tiling`), taken by :meth:`OpSpec.reference` by keyword, and no part
+of a workload, so one tuned tiling serves every value.
+
 Specs hold no state; every method may be called from any thread.
 """
 
@@ -30,7 +36,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from tilewise.errors import InputError
+from tilewise.errors import InputError, close_matches, did_you_mean
 from tilewise.kernels.ops._values import (
     C_DTYPES,
     MEMORIES,
@@ -42,6 +48,7 @@ from tilewise.kernels.ops._values import (
     Fn,
     Footprint,
     GmArg,
+    Parameter,
     Split,
     StructField,
     TorchCase,
@@ -54,7 +61,9 @@ from tilewise.kernels.ops._values import (
     round_up,
 )
 from tilewise.kernels.targets import TargetProfile
-from tilewise.types import DTYPES, MAX_DIM, Shape, Tiling
+from tilewise.types import DTYPE_ALIASES, DTYPES, MAX_DIM, Shape, Tiling
+
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 # The value types and helpers live in _values; the op modules import them from here too.
 __all__ = [
@@ -69,6 +78,7 @@ __all__ = [
     "Footprint",
     "GmArg",
     "OpSpec",
+    "Parameter",
     "Split",
     "StructField",
     "TorchCase",
@@ -110,6 +120,9 @@ class OpSpec(ABC):
     layout: ClassVar[Mapping[str, tuple[str, ...]]]
     #: Dims no array holds, which a caller passes by keyword (a convolution's stride and pad).
     attributes: ClassVar[tuple[str, ...]] = ()
+    #: Scalars a caller may pass by keyword that are no part of the shape (see the module
+    #: docstring); :meth:`reference` takes each by keyword, at its default when not given.
+    parameters: ClassVar[tuple[Parameter, ...]] = ()
 
     # -- identity --------------------------------------------------------------------------
     @property
@@ -136,10 +149,11 @@ class OpSpec(ABC):
             raise InputError(
                 f"{self.name}: a shape maps dim names to integers, got {type(shape).__name__}"
             )
-        unknown = sorted(set(shape) - set(self.dims))
+        unknown = sorted(set(shape) - set(self.dims), key=str)
         if unknown:
             raise InputError(
-                f"{self.name}: unknown dim {', '.join(unknown)}; dims are {', '.join(self.dims)}"
+                f"{self.name}: unknown dim {', '.join(map(str, unknown))}; dims are "
+                f"{', '.join(self.dims)}{self._renamed_dims_hint(shape, unknown)}"
             )
         missing = [d for d in self.dims if d not in shape]
         if missing:
@@ -163,6 +177,18 @@ class OpSpec(ABC):
                     f"above the limit {max_elements}"
                 )
         return result
+
+    def _renamed_dims_hint(self, shape: Mapping[str, int], unknown: list[str]) -> str:
+        """`` (did you mean M=256,N=256,K=256?)`` when every unknown dim is a dim misspelt (in
+        another case, say), and so the whole shape with the dims renamed; else the renames."""
+        renames = {u: close_matches(u, self.dims) for u in unknown}
+        found = {u: d[0] for u, d in renames.items() if len(d) == 1 and d[0] not in shape}
+        if not found:
+            return ""
+        fixed = {found.get(k, k): v for k, v in shape.items()}
+        if len(found) == len(unknown) == len(set(found.values())) and set(fixed) == set(self.dims):
+            return f" (did you mean {','.join(f'{d}={fixed[d]}' for d in self.dims)}?)"
+        return f" (did you mean {', '.join(f'{d} for {u}' for u, d in found.items())}?)"
 
     @cached_property
     def roles(self) -> dict[str, str]:
@@ -211,6 +237,8 @@ class OpSpec(ABC):
         unknown = sorted(set(attributes) - set(self.attributes))
         if unknown:
             takes = ", ".join(self.attributes) or "none"
+            if self.parameters:
+                takes += f"; parameters: {', '.join(p.name for p in self.parameters)}"
             raise InputError(
                 f"{self.name}: unknown keyword {', '.join(unknown)}; attributes: {takes}"
             )
@@ -223,6 +251,37 @@ class OpSpec(ABC):
             raise InputError(
                 f"{exc} (read from the shapes of {', '.join(dict.fromkeys(seen_in.values()))})"
             ) from None
+
+    def bind_parameters(self, given: Mapping[str, object]) -> dict[str, float]:
+        """Every one of :attr:`parameters` by name: its value in ``given``, else its default.
+
+        Raises:
+            InputError: a name that is no parameter of the op, or a value that is not a finite
+                real number a float32 holds (the tiling struct's field is one).
+        """
+        names = [p.name for p in self.parameters]
+        unknown = sorted(set(given) - set(names))
+        if unknown:
+            raise InputError(
+                f"{self.name}: unknown parameter {', '.join(unknown)}; "
+                f"parameters: {', '.join(names) or 'none'}"
+            )
+        values: dict[str, float] = {}
+        for parameter in self.parameters:
+            value = given.get(parameter.name, parameter.default)
+            real = int | float | np.integer | np.floating
+            if isinstance(value, bool | np.bool_) or not isinstance(value, real):
+                raise InputError(
+                    f"{self.name}: {parameter.name} must be a real number, got {value!r}"
+                )
+            number = float(value)
+            if not math.isfinite(number) or abs(number) > FLOAT32_MAX:
+                raise InputError(
+                    f"{self.name}: {parameter.name} must be finite and within float32's range "
+                    f"(the kernel's tiling struct holds it as one), got {value!r}"
+                )
+            values[parameter.name] = number
+        return values
 
     def baselines(self) -> ModuleType:
         """The op's ``baselines`` module, beside its spec: ``numpy_baseline(shape, inputs,
@@ -259,8 +318,9 @@ class OpSpec(ABC):
 
     def validate_dtype(self, dtype: str) -> str:
         if dtype not in self.dtypes:
+            hint = did_you_mean(dtype, self.dtypes, aliases=DTYPE_ALIASES)
             raise InputError(
-                f"{self.name}: unknown dtype {dtype!r}; supported: {', '.join(self.dtypes)}"
+                f"{self.name}: unknown dtype {dtype!r}{hint}; supported: {', '.join(self.dtypes)}"
             )
         return dtype
 
@@ -387,9 +447,28 @@ class OpSpec(ABC):
     def block_dim(self, tiling: Tiling, shape: Shape, dtype: str, target: TargetProfile) -> int:
         """How many blocks the kernel is launched with."""
 
-    def pack_tiling(self, tiling: Tiling, shape: Shape, dtype: str, target: TargetProfile) -> bytes:
-        fields = self.tiling_struct(tiling, shape, dtype, target)
-        return struct.pack("<" + "".join(f.code for f in fields), *(f.value for f in fields))
+    def pack_tiling(
+        self,
+        tiling: Tiling,
+        shape: Shape,
+        dtype: str,
+        target: TargetProfile,
+        parameters: Mapping[str, object] | None = None,
+    ) -> bytes:
+        """The tiling struct as the kernel reads it, with each of :attr:`parameters` in its
+        field: its value in ``parameters``, else its default (:meth:`bind_parameters`)."""
+        return self.pack_struct(self.tiling_struct(tiling, shape, dtype, target), parameters)
+
+    def pack_struct(
+        self, fields: tuple[StructField, ...], parameters: Mapping[str, object] | None = None
+    ) -> bytes:
+        """:meth:`pack_tiling` of the fields :meth:`tiling_struct` returned: a caller that
+        keeps them packs other parameter values without building the struct again."""
+        bound = self.bind_parameters(parameters or {}) if self.parameters else {}
+        by_field = {p.field: bound[p.name] for p in self.parameters}
+        return struct.pack(
+            "<" + "".join(f.code for f in fields), *(by_field.get(f.name, f.value) for f in fields)
+        )
 
     @abstractmethod
     def make_inputs(
@@ -401,7 +480,8 @@ class OpSpec(ABC):
     def reference(
         self, inputs: Mapping[str, np.ndarray], shape: Shape, dtype: str
     ) -> dict[str, np.ndarray]:
-        """Outputs by GM arg name, computed with numpy."""
+        """Outputs by GM arg name, computed with numpy. An op with :attr:`parameters` also
+        takes each by keyword, at its default when not given."""
 
     def tolerance(self, dtype: str, shape: Shape) -> tuple[float, float]:
         """(rtol, atol) an output must meet."""

@@ -1,5 +1,6 @@
 """The value types of the op specs (tunables, GM arguments, footprints, checks, traffic, the
-cost model's block work, tiling struct fields) and the integer helpers every spec uses."""
+cost model's block work, tiling struct fields, scalar parameters) and the integer helpers every
+spec uses."""
 
 from __future__ import annotations
 
@@ -154,6 +155,20 @@ class StructField:
     name: str  # as written in C, e.g. "cube.baseM"
     code: Literal["i", "I", "f"]
     value: int | float
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """A scalar a caller passes by keyword that is no part of the shape (a LeakyReLU's slope).
+
+    It reaches the kernel through the float field ``field`` of the tiling struct, filled at
+    launch; the tiling struct the spec builds holds ``default``. A tiling serves every value:
+    the workload, the table's lookup and the build never see it."""
+
+    name: str
+    default: float
+    field: str  # the tiling struct's field, as written in C
+    doc: str
 
 
 def itemsize(dtype: str) -> int:

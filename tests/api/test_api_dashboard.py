@@ -48,6 +48,9 @@ def test_workload_page_has_the_curve_and_records(client: TestClient, db: Store) 
     assert html.count('r="2.5"') == len(seeded.latencies)
     assert 'class="default"' in html  # the default tiling's latency line
     assert 'id="records"' in html and "build_failed" in html and "remeasure" in html
+    for link in re.findall(r'href="(/v1/workloads/[^"]+/records[^"]*)"', html):
+        assert client.get(link).status_code == 200, link
+    assert len(re.findall(r'href="/v1/workloads/[^"]+/records', html)) == 2  # JSON and CSV
     assert client.get("/workloads/0123456789abcdef").status_code == 404
 
 

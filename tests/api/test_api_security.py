@@ -75,7 +75,10 @@ BAD_BODIES: list[tuple[dict[str, Any], list[str], str]] = [
     ({"shape": {"N": "64"}}, ["body", "shape", "N"], "integer"),
     ({"shape": {"N": MAX_DIM + 1}}, ["body", "shape", "N"], "less than or equal"),
     ({"shape": {"N": 1 << 21}}, ["body", "shape"], "above the limit"),  # max_elements
-    ({"shape": "N=64"}, ["body", "shape"], "dictionary"),
+    ({"shape": 64}, ["body", "shape"], "dictionary"),  # neither an object nor its text form
+    ({"shape": "N=sixty-four"}, ["body", "shape"], "N must be an integer"),
+    ({"shape": "N=0"}, ["body", "shape", "N"], "greater than 0"),
+    ({"shape": '{"N": 64'}, ["body", "shape"], "not a JSON object"),
     ({"budget": 0}, ["body", "budget"], "greater than or equal to 1"),
     ({"budget": 101}, ["body", "budget"], "between 1 and 100"),
     ({"seconds": -1}, ["body", "seconds"], "greater than 0"),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from fastapi.testclient import TestClient
@@ -155,3 +155,36 @@ def test_old_schema_refuses_to_start_with_the_command(db_url: str) -> None:
     app = create_app(make_settings(db_url))
     with pytest.raises(SchemaError, match="tilewise db upgrade --db"), TestClient(app):
         pass
+
+
+def test_tuning_metrics(client: TestClient, db: Store) -> None:
+    """Evaluations by outcome, time per evaluation and queue depth by target, from the
+    database the workers write."""
+    seeded = seed_tuned(db)  # 6 ok and 1 build_failed search records, 1 re-measure
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    with store.session_scope(db) as session:
+        job = store.create_job(session, workload_id=seeded.workload.id, budget_evals=10)
+        claimed = store.claim_job(session, worker_id="w", lease_seconds=60, now=start)
+        assert claimed is not None and claimed.id == job.id
+        store.finish_job(
+            session,
+            job_id=job.id,
+            worker_id="w",
+            status="succeeded",
+            evaluations=8,
+            now=start + timedelta(seconds=30),
+        )
+    for target in ("cpu-twin", "ascend910b1", "ascend910b1"):
+        body = {"op": "swiglu", "shape": "T=4,I=4096", "target": target}
+        r = client.post("/v1/jobs", json=body, headers=AUTH)
+        assert r.status_code == 202, r.text
+    text = client.get("/metrics").text
+    assert 'tilewise_evaluations_total{status="ok"} 6.0' in text
+    assert 'tilewise_evaluations_total{status="build_failed"} 1.0' in text
+    assert 'tilewise_evaluations_total{status="infeasible"} 0.0' in text  # every status
+    assert 'tilewise_evaluation_seconds_sum{target="cpu-twin"} 30.0' in text
+    assert 'tilewise_evaluation_seconds_count{target="cpu-twin"} 8.0' in text
+    assert 'tilewise_queued_jobs{target="cpu-twin"} 1.0' in text
+    # the two ascend910b1 posts are one workload: one job
+    assert 'tilewise_queued_jobs{target="ascend910b1"} 1.0' in text
+    assert 'tilewise_queued_jobs{target="ascend310p3"} 0.0' in text  # every target

@@ -119,3 +119,25 @@ def test_dashboard_renders_tuned_workloads(
     for path in (shot, curve_shot):
         data = path.read_bytes()
         assert data.startswith(PNG_MAGIC) and len(data) > 10_000, path
+
+
+def test_api_docs_render_with_no_internet(tmp_path: Path) -> None:
+    """Swagger UI and ReDoc draw the API's operations in a browser that can resolve no host but
+    the service's own (as on an NPU cluster without internet)."""
+    binary = chromium()
+    assert binary
+    settings = make_settings(f"sqlite:///{tmp_path / 'tilewise.db'}")
+    offline = "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1"
+    with live_server(settings) as base:
+        swagger = run_chromium(
+            tmp_path, offline, "--virtual-time-budget=10000", "--dump-dom", f"{base}/docs"
+        ).stdout
+        redoc = run_chromium(
+            tmp_path, offline, "--virtual-time-budget=10000", "--dump-dom", f"{base}/redoc"
+        ).stdout
+    # Swagger UI's list of operations, one summary per path and method, built by its script.
+    paths = set(re.findall(r'class="opblock-summary-path"[^>]*data-path="([^"]+)"', swagger))
+    assert {"/v1/jobs", "/v1/tilings/{op}", "/metrics"} <= paths, swagger[:2000]
+    # ReDoc's menu links each operation by its id, and its pages show the paths.
+    assert len(re.findall(r'href="#tag/[^"]+/operation/', redoc)) >= len(paths), redoc[:2000]
+    assert "/v1/tilings/{op}" in redoc

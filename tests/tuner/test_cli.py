@@ -104,9 +104,44 @@ def test_ops_lists_dims_dtypes_and_tunables(tmp_path: Path) -> None:
 
 def test_show_not_tuned(tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path / 'empty.db'}"
+    assert tilewise("db", "upgrade", tmp_path=tmp_path, db=db).returncode == 0
     done = tilewise("show", "scale_relu_dropout", "--shape", "N=4096", tmp_path=tmp_path, db=db)
     assert done.returncode == 1
     assert "not tuned" in done.stdout
+    assert "the runtime answers default: the op's default heuristic" in done.stdout
+
+
+def test_show_an_untuned_shape_prints_the_runtimes_nearest_answer(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'tw.db'}"
+    tuned = tilewise(
+        "tune", "scale_relu_dropout", "--shape", "N=4096", "--budget", "2", "--json",
+        tmp_path=tmp_path, db=db,
+    )  # fmt: skip
+    assert tuned.returncode == 0, tuned.stderr
+    stored = json.loads(tuned.stdout)["best"]["tiling"]
+    done = tilewise(
+        "show", "scale_relu_dropout", "--shape", "N=8192", "--json", tmp_path=tmp_path, db=db
+    )
+    assert done.returncode == 1
+    shown = json.loads(done.stdout)
+    assert shown["tuned"] is False and shown["runtime"]["source"] == "nearest"
+    assert shown["runtime"]["workload"]["shape"] == {"N": 4096}
+    assert shown["runtime"]["distance"] == 1.0
+    text = tilewise("show", "scale_relu_dropout", "--shape", "N=8192", tmp_path=tmp_path, db=db)
+    assert "the runtime answers nearest: the tiling tuned for N=4096" in text.stdout
+    assert set(shown["runtime"]["tiling"]) == set(stored)
+
+
+def test_show_of_a_missing_sqlite_file_is_an_error_naming_it(tmp_path: Path) -> None:
+    path = tmp_path / "typo" / "tilewise.db"
+    done = tilewise(
+        "show", "scale_relu_dropout", "--shape", "N=4096", tmp_path=tmp_path, db=f"sqlite:///{path}"
+    )
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and str(path) in lines[0], lines
+    assert "not tuned" not in done.stdout
+    assert not path.exists() and not path.parent.exists()
 
 
 def test_cli_import_starts_no_numpy() -> None:

@@ -74,7 +74,7 @@ def test_check_invalid_tiling_exits_1_with_reasons(tmp_path: Path) -> None:
         ('{"baseM": "x"}', "baseM must be an integer"),
         ('{"baseM": 1e30}', "baseM must be an integer"),
         ('{"baseM": 99999999999}', "out of range"),
-        ('{"baseM": 128}', "missing"),
+        ('{"baseMM": 128}', "no field 'baseMM' (did you mean baseM?)"),
     ],
 )
 def test_check_bad_tiling_is_exit_2(tiling: str, message: str, tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ from tilewise.kernels.ops import OpSpec, get_op, list_ops
 from tilewise.kernels.targets import get_target
 from tilewise.launch import Ops, load_ops
 from tilewise.launch._host import Host
+from tilewise.launch._twin import TwinLaunch
 from tilewise.runtime import TilingTable
 from tilewise.settings import Settings, get_settings
 from tilewise.types import Shape, Tiling, Workload
@@ -50,9 +51,11 @@ def inputs_for(spec: OpSpec, shape: Shape, dtype: str, seed: int = 0) -> dict[st
     return {name: np.ascontiguousarray(value.reshape(shapes[name])) for name, value in made.items()}
 
 
-def assert_matches(spec: OpSpec, shape: Shape, dtype: str, inputs: Mapping[str, Any], got: Any):  # type: ignore[no-untyped-def]
-    """``got`` (the op's output, or the tuple of its outputs) against the reference."""
-    wanted = spec.reference(inputs, shape, dtype)
+def assert_matches(spec: OpSpec, shape: Shape, dtype: str, inputs: Mapping[str, Any], got: Any,  # type: ignore[no-untyped-def]
+                   **parameters: float):  # fmt: skip
+    """``got`` (the op's output, or the tuple of its outputs) against the reference (with the
+    op's ``parameters`` given, the others at their defaults)."""
+    wanted = spec.reference(inputs, shape, dtype, **parameters)
     outputs = got if isinstance(got, tuple) else (got,)
     assert len(outputs) == len(wanted), (len(outputs), list(wanted))
     rtol, atol = spec.tolerance(dtype, shape)
@@ -206,6 +209,43 @@ def test_unknown_op_and_conv_attributes(settings: Settings) -> None:
         ops.conv_bias_leakyrelu(*g.values(), stride=2)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_the_conv_slope_is_a_parameter_every_slope_runs_with_one_plan(
+    dtype: str, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    conv = get_op("conv_bias_leakyrelu")
+    shape = conv.validate_shape(Shape.parse("N=2,C=3,H=11,W=9,K=7,R=2,S=3,stride=2,pad=1"))
+    tiling = other_tiling(conv, shape, dtype)
+    ops = load_ops(TilingTable([table_entry(conv, shape, dtype, tiling)]), settings=settings)
+    inputs = inputs_for(conv, shape, dtype, seed=4)
+    rtol, atol = conv.tolerance(dtype, shape)
+    outputs = {}
+    for slope in (0.0, 0.2, -0.5, 0.1, None):
+        given = {} if slope is None else {"negative_slope": slope}
+        got = ops.conv_bias_leakyrelu(*inputs.values(), stride=2, pad=1, **given)
+        want = conv.reference(inputs, shape, dtype, **given)["out"]
+        np.testing.assert_allclose(got.astype(np.float32), want, rtol=rtol, atol=atol)
+        assert ops.last_choice is not None
+        assert (ops.last_choice.tiling, ops.last_choice.source) == (tiling, "exact")
+        outputs[slope] = got
+    assert len(ops._plans) == 1  # the slope is no part of the plan's key
+    assert (outputs[0.0] >= 0).all() and (outputs[0.2] < 0).any() and (outputs[-0.5] > 0).all()
+    np.testing.assert_array_equal(outputs[None], outputs[0.1])  # the default is 0.1
+
+    launched: list[str] = []
+    monkeypatch.setattr(Host, "launch", lambda *a, **k: launched.append("x"))
+    for bad, message in (
+        (float("nan"), "negative_slope must be finite"),
+        ("0", "negative_slope must be a real number"),
+        (True, "negative_slope must be a real number"),
+    ):
+        with pytest.raises(InputError, match=message):
+            ops.conv_bias_leakyrelu(*inputs.values(), stride=2, pad=1, negative_slope=bad)
+    with pytest.raises(InputError, match="unknown keyword negative_slope; attributes: none"):
+        ops.linear_add_gelu(*inputs_for(LAG, ODD, dtype).values(), negative_slope=0.0)
+    assert launched == []
+
+
 def test_out_is_written_in_place(settings: Settings) -> None:
     ops = load_ops(TilingTable([]), settings=settings)
     g = _good()
@@ -245,12 +285,13 @@ def test_a_kernel_error_is_a_backend_error(settings: Settings) -> None:
     ops = load_ops(TilingTable([]), settings=settings)
     g = _good()
     out = ops.linear_add_gelu(*g.values())
-    plan = ops._plan(LAG, "float32", g, {})
-    host = ops._shared_host()
+    plan = ops._plan(LAG, "float32", {name: a.shape for name, a in g.items()}, {})
+    launch = plan.launch
+    assert isinstance(launch, TwinLaunch)
     with pytest.raises(BackendError, match="n_gm is 4, the kernel expects 5"):
-        host.launch(plan.variant, [a.ctypes.data for a in (*g.values(), out)], {}, plan.packed,
-                    plan.block_dim, plan.limits)  # fmt: skip
-    assert host.threads == CpuTwinBackend(settings).threads
+        launch.host.launch(launch.variant, [a.ctypes.data for a in (*g.values(), out)], {},
+                           launch.packed, launch.block_dim, launch.limits)  # fmt: skip
+    assert launch.host.threads == CpuTwinBackend(settings).threads
 
 
 def test_two_threads_get_their_own_answers_and_choices(settings: Settings) -> None:

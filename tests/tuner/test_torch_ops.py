@@ -19,6 +19,7 @@ import tilewise.torch  # noqa: E402 - registers torch.ops.tilewise after torch i
 from tilewise.errors import InputError  # noqa: E402
 from tilewise.kernels.ops import OPS, OpSpec, get_op, list_ops  # noqa: E402
 from tilewise.launch import Ops  # noqa: E402
+from tilewise.launch._host import Host  # noqa: E402
 from tilewise.runtime import TilingTable  # noqa: E402
 from tilewise.settings import Settings  # noqa: E402
 from tilewise.torch import ROW_DIMS  # noqa: E402
@@ -184,7 +185,7 @@ def test_bad_input_is_an_input_error_naming_it_before_any_launch(
     ops: Ops, monkeypatch: pytest.MonkeyPatch, args: tuple[Any, ...], message: str
 ) -> None:
     launched: list[str] = []
-    monkeypatch.setattr(type(ops._shared_host()), "launch", lambda *a, **k: launched.append("x"))
+    monkeypatch.setattr(Host, "launch", lambda *a, **k: launched.append("x"))
     with pytest.raises(InputError, match=message.replace("(", r"\(").replace(")", r"\)")):
         torch.ops.tilewise.swiglu(*args)
     assert launched == []
@@ -230,6 +231,49 @@ def test_opcheck(ops: Ops, spec: OpSpec) -> None:
     assert set(result.values()) == {"SUCCESS"}, result
 
 
+def test_the_conv_slope_is_a_float_keyword_with_its_default() -> None:
+    schema = str(torch.ops.tilewise.conv_bias_leakyrelu.default._schema)
+    assert "*, int stride, int pad, float negative_slope=0.1" in schema
+    assert "negative_slope" not in str(torch.ops.tilewise.linear_add_gelu.default._schema)
+
+
+CONV_SLOPE = "N=2,C=3,H=11,W=9,K=5,R=3,S=3,stride=2,pad=1"
+
+
+@pytest.mark.parametrize("slope", [0.0, 0.25, -0.5])
+def test_conv_forward_opcheck_and_backward_at_a_slope(ops: Ops, slope: float) -> None:
+    spec = get_op("conv_bias_leakyrelu")
+    shape = spec.validate_shape(Shape.parse(CONV_SLOPE))
+    arrays, tensors = tensors_for(spec, shape, "float32", seed=5)
+    keywords = {**attributes(spec, shape), "negative_slope": slope}
+    got = torch.ops.tilewise.conv_bias_leakyrelu(*tensors.values(), **keywords)
+    wanted = spec.reference(arrays, shape, "float32", negative_slope=slope)
+    assert_close(spec, shape, "float32", wanted, got, ())
+    op = torch.ops.tilewise.conv_bias_leakyrelu.default
+    result = torch.library.opcheck(op, tuple(tensors.values()), keywords)
+    assert set(result.values()) == {"SUCCESS"}, result
+
+    ours = [t.clone().requires_grad_() for t in tensors.values()]
+    theirs = [t.clone().requires_grad_() for t in tensors.values()]
+    out = torch.ops.tilewise.conv_bias_leakyrelu(*ours, **keywords)
+    dout = torch.randn(out.shape, generator=torch.Generator().manual_seed(2))
+    out.backward(dout)
+    _torch_references()["conv_bias_leakyrelu"](*theirs, **keywords).backward(dout)
+    rtol, atol = spec.tolerance("float32", shape)
+    for arg, a, b in zip(tensors, ours, theirs, strict=True):
+        torch.testing.assert_close(
+            a.grad, b.grad, rtol=rtol, atol=atol, msg=lambda m, arg=arg: f"{arg}: {m}"
+        )
+
+
+def test_a_bad_conv_slope_is_an_input_error(ops: Ops) -> None:
+    img, w, b = torch.randn(1, 3, 7, 7), torch.randn(5, 3, 3, 3), torch.randn(5)
+    with pytest.raises(InputError, match="negative_slope must be finite"):
+        torch.ops.tilewise.conv_bias_leakyrelu(
+            img, w, b, stride=1, pad=0, negative_slope=float("inf")
+        )
+
+
 def test_import_tilewise_does_not_import_torch() -> None:
     code = "import sys, tilewise; tilewise.load_ops; print('torch' in sys.modules)"
     done = subprocess.run(
@@ -251,8 +295,8 @@ def _torch_references() -> dict[str, Any]:
         return torch.relu(x * float(scale_keep("float32"))) * keep
 
     return {
-        "conv_bias_leakyrelu": lambda x, w, b, stride, pad: F.leaky_relu(
-            F.conv2d(x, w, b, stride, pad), ALPHA
+        "conv_bias_leakyrelu": lambda x, w, b, stride, pad, negative_slope=ALPHA: F.leaky_relu(
+            F.conv2d(x, w, b, stride, pad), negative_slope
         ),
         "layernorm_gelu": lambda x, g, b: F.gelu(
             F.layer_norm(x, (x.shape[-1],), g, b, EPS), approximate="tanh"

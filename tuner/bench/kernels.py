@@ -44,6 +44,7 @@ from tilewise.bench.timing import (
     Timer,
     halves,
     interleaved,
+    keep_freed_memory,
     median_ms,
     spread,
 )
@@ -86,20 +87,6 @@ __all__ = [
 
 
 # -- the alternatives --------------------------------------------------------------------------
-def _keep_freed_memory() -> None:
-    """glibc: serve large allocations from the heap and never trim it, so torch's fresh output
-    tensors reuse mapped pages instead of page-faulting 4 KiB at a time on every call (numpy's
-    baselines preallocate; this gives eager torch the same warm memory)."""
-    import ctypes
-
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(-3, 1 << 30)  # M_MMAP_THRESHOLD
-        libc.mallopt(-1, (1 << 31) - 1)  # M_TRIM_THRESHOLD
-    except (OSError, AttributeError):
-        pass
-
-
 def torch_callables(
     spec: OpSpec, shape: Shape, inputs: Mapping[str, np.ndarray], notes: list[str]
 ) -> tuple[Fn | None, Fn | None]:
@@ -110,7 +97,7 @@ def torch_callables(
         notes.append("torch not installed (pip install 'tilewise[bench]')")
         return None, None
     torch.set_num_threads(os.cpu_count() or 1)
-    _keep_freed_memory()
+    keep_freed_memory()
     tensors = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in inputs.items()}
     f, args = spec.baselines().torch_baseline(shape, tensors)
 

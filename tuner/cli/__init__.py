@@ -21,6 +21,7 @@ from tilewise.cli import (
     export,
     misses,
     ops,
+    records,
     service,
     show,
     submit,
@@ -32,7 +33,7 @@ from tilewise.errors import TilewiseError
 
 __all__ = ["app", "main"]
 
-COMMANDS = (ops, tune, tune_set, submit, misses, show, check, export, service, bench, db)
+COMMANDS = (ops, tune, tune_set, submit, misses, show, check, records, export, service, bench, db)
 
 
 def main() -> None:

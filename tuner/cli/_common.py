@@ -9,31 +9,115 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
+from typer.core import TyperCommand, TyperOption
+from typer.models import CommandFunctionType
 
+from tilewise import __version__
 from tilewise.errors import InputError
 from tilewise.settings import Settings, get_settings
 
 if TYPE_CHECKING:  # the kernels (numpy) are imported when a command runs, not at start-up
     from tilewise.kernels.request import WorkloadRequest
 
-app = typer.Typer(
+
+def _dtypes() -> Iterable[str]:
+    from tilewise.types import DTYPES
+
+    return DTYPES
+
+
+def _targets() -> Iterable[str]:
+    from tilewise.kernels.targets import target_names
+
+    return target_names()
+
+
+def _strategies() -> Iterable[str]:
+    from tilewise.search import STRATEGIES
+
+    return STRATEGIES
+
+
+#: Option name -> the values it takes, listed by ``--help``. Read only when the help is shown:
+#: the strategies' registry imports Optuna (and numpy), which no command may import at start-up
+#: (``tilewise worker`` blocks its stop signals before any thread exists).
+CHOICES: dict[str, Callable[[], Iterable[str]]] = {
+    "dtype": _dtypes,
+    "target": _targets,
+    "strategy": _strategies,
+}
+
+
+class Command(TyperCommand):
+    """A command whose ``--help`` lists the values of the options in :data:`CHOICES`.
+
+    The options stay plain text: a wrong value is the command's to refuse, with a did-you-mean
+    hint, in the one-line form of every bad input (click's own choice check would print its
+    usage block instead)."""
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        for param in self.params:
+            names = CHOICES.get(param.name or "")
+            if names is not None and isinstance(param, TyperOption):
+                listed = f"One of: {', '.join(names())}."
+                if listed not in (param.help or ""):
+                    param.help = f"{param.help} {listed}" if param.help else listed
+        super().format_help(ctx, formatter)
+
+
+class Typer(typer.Typer):
+    """``typer.Typer`` whose commands are :class:`Command`s."""
+
+    def command(
+        self, *args: Any, **kwargs: Any
+    ) -> Callable[[CommandFunctionType], CommandFunctionType]:
+        kwargs.setdefault("cls", Command)
+        return super().command(*args, **kwargs)
+
+
+app = Typer(
     add_completion=False,
     no_args_is_help=True,
     help="Autotune tiling parameters of fused Ascend C kernels.",
     pretty_exceptions_enable=False,
 )
 
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"tilewise {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            callback=_print_version,
+            is_eager=True,
+            help="Print the version and exit.",
+        ),
+    ] = False,
+) -> None:
+    """Autotune tiling parameters of fused Ascend C kernels."""
+
+
 out = Console()
 err = Console(stderr=True)
 
 ShapeOpt = Annotated[str, typer.Option("--shape", help="Dims, e.g. M=1024,N=1024,K=1024.")]
-DtypeOpt = Annotated[str, typer.Option("--dtype", help="float32 or float16.")]
-TargetOpt = Annotated[str, typer.Option("--target", help="cpu-twin or an Ascend SoC profile.")]
+DtypeOpt = Annotated[str, typer.Option("--dtype", help="The element type.")]
+TargetOpt = Annotated[
+    str, typer.Option("--target", help="Where it runs: the CPU twin or an Ascend SoC profile.")
+]
 DbOpt = Annotated[str | None, typer.Option("--db", help="SQLAlchemy URL; default from settings.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
 
@@ -71,6 +155,19 @@ def check_seed(seed: int | None) -> None:
     written."""
     if seed is not None and not 0 <= seed <= MAX_SEED:
         raise InputError(f"seed must be between 0 and {MAX_SEED}, got {seed}")
+
+
+def output_path(output: str) -> Path | None:
+    """The file ``-o`` names (None for ``-``, stdout), checked before anything is read: its
+    directory exists and it is not one."""
+    if output == "-":
+        return None
+    path = Path(output).expanduser()
+    if not path.parent.is_dir():
+        raise InputError(f"cannot write {path}: no directory {path.parent}")
+    if path.is_dir():
+        raise InputError(f"cannot write {path}: it is a directory")
+    return path
 
 
 def write_atomically(path: Path, text: str) -> None:
@@ -159,20 +256,3 @@ def report_failures(rows: list[dict[str, Any]]) -> int:
 
 def _us(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
-
-
-def missing_sqlite_file(url: str) -> bool:
-    """Whether ``url`` names a SQLite file that does not exist (nothing was ever stored)."""
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
-
-    try:
-        parsed = make_url(url)
-    except ArgumentError:
-        return False  # not a URL at all: opening it says so (a traceback here before)
-    database = parsed.database or ""
-    return (
-        parsed.get_backend_name() == "sqlite"
-        and database not in ("", ":memory:")
-        and not Path(database).exists()
-    )

@@ -1,4 +1,5 @@
-"""``tilewise bench``: benchmarks of the search strategies on recorded spaces."""
+"""``tilewise bench``: the kernels and model blocks against numpy and PyTorch; the search
+strategies on recorded spaces."""
 
 from __future__ import annotations
 
@@ -9,12 +10,14 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from tilewise.cli._common import app, err, fail, out
+from tilewise.cli._common import Typer, app, err, fail, out
 from tilewise.errors import InputError, TilewiseError
 
 DEFAULT_STRATEGIES = ("random", "tpe", "default")
 
-bench_app = typer.Typer(help="Benchmarks of tilewise's search.", no_args_is_help=True)
+bench_app = Typer(
+    help="Benchmarks: kernels, model blocks, search strategies.", no_args_is_help=True
+)
 app.add_typer(bench_app, name="bench")
 
 
@@ -58,6 +61,78 @@ def kernels(
         print(json.dumps(rows))
         return
     bench.print_report(rows, machine, budget, out.width)
+
+
+@bench_app.command("models")
+def models(
+    tokens: Annotated[
+        str, typer.Option("--tokens", help="LLaMA MLP token counts, comma-separated.")
+    ] = "1,16,128,512,2048",
+    rounds: Annotated[int, typer.Option(help="Interleaved timing rounds per block.")] = 5,
+    budget: Annotated[
+        int,
+        typer.Option(help="Tune evaluations per kernel shape the blocks call; 0 = no tuning."),
+    ] = 8,  # tilewise.bench.models.DEFAULT_BUDGET, which CLI start-up must not import
+    db: Annotated[
+        str | None,
+        typer.Option(
+            "--db",
+            help="Tune into (and take the tilings of) this database; default: a temporary "
+            "SQLite file. A shape it already holds is not tuned again.",
+        ),
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Sampler and weight seed.")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Time the LLaMA MLP and Conv+BN+ReLU blocks on the tuned kernels against the same
+    modules in PyTorch eager and under torch.compile, and the per-call overhead, fp32."""
+    try:
+        counts = _counts(tokens)
+        if rounds < 1:
+            raise InputError(f"rounds must be at least 1, got {rounds}")
+        if budget < 0:
+            raise InputError(f"budget must be 0 or more, got {budget}")
+        try:
+            from tilewise.bench import models as bench
+        except ImportError as exc:
+            raise InputError(
+                f"tilewise bench models needs PyTorch (pip install 'tilewise[bench]'): {exc}"
+            ) from None
+        from tilewise.settings import get_settings
+
+        settings = get_settings()
+        if not budget <= settings.max_budget:
+            raise InputError(f"budget must be at most {settings.max_budget}, got {budget}")
+
+        def log(message: str) -> None:
+            err.print(f"  {message}", highlight=False, markup=False, soft_wrap=True)
+
+        report = bench.run(
+            settings=settings,
+            tokens=counts,
+            rounds=rounds,
+            budget=budget,
+            db_url=db,
+            seed=seed,
+            log=log,
+        )
+    except TilewiseError as exc:
+        fail(str(exc))
+    if as_json:
+        print(json.dumps(report))
+        return
+    bench.print_report(report, out.width)
+
+
+def _counts(text: str) -> list[int]:
+    """``--tokens``: positive integers, comma-separated."""
+    try:
+        counts = [int(part) for part in text.split(",")]
+    except ValueError:
+        counts = []
+    if not counts or any(c < 1 for c in counts):
+        raise InputError(f"--tokens must be positive integers separated by commas, got {text!r}")
+    return counts
 
 
 @bench_app.command("search")

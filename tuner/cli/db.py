@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import typer
-
-from tilewise.cli._common import DbOpt, app, fail, out, settings_for
+from tilewise.cli._common import DbOpt, Typer, app, fail, out, settings_for
 from tilewise.errors import TilewiseError
 
-db_app = typer.Typer(help="Database schema commands.", no_args_is_help=True)
+db_app = Typer(help="Database schema commands.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 
 

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from tilewise.cli._common import app, err, fail, settings_for, write_atomically
+from tilewise.cli._common import app, err, fail, output_path, settings_for, write_atomically
 
 FORMATS = ("json", "header")
 
@@ -41,11 +40,7 @@ def export(
         if fmt not in FORMATS:
             raise InputError(f"unknown format {fmt!r}; one of: {', '.join(FORMATS)}")
         exporting.canonical_filters(op, target, dtype)  # bad names fail before the DB
-        path = None if output == "-" else Path(output).expanduser()
-        if path is not None and not path.parent.is_dir():
-            raise InputError(f"cannot write {path}: no directory {path.parent}")
-        if path is not None and path.is_dir():
-            raise InputError(f"cannot write {path}: it is a directory")
+        path = output_path(output)
         from tilewise import store
 
         db_handle = store.open_store(settings.db_url, create=False)

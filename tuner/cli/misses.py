@@ -21,7 +21,6 @@ from tilewise.cli._common import (
     app,
     err,
     fail,
-    missing_sqlite_file,
     print_table,
     settings_for,
 )
@@ -113,9 +112,10 @@ def misses(
 
 def _filters(op: str | None, target: str | None, dtype: str | None) -> dict[str, str]:
     """The filters with canonical names; an unknown one is an InputError."""
+    from tilewise.errors import did_you_mean
     from tilewise.kernels.ops import get_op
     from tilewise.kernels.targets import get_target
-    from tilewise.types import DTYPES
+    from tilewise.types import DTYPE_ALIASES, DTYPES
 
     found = {}
     if op is not None:
@@ -124,7 +124,8 @@ def _filters(op: str | None, target: str | None, dtype: str | None) -> dict[str,
         found["target"] = get_target(target).name
     if dtype is not None:
         if dtype not in DTYPES:
-            raise InputError(f"unknown dtype {dtype!r}; one of {', '.join(DTYPES)}")
+            hint = did_you_mean(dtype, DTYPES, aliases=DTYPE_ALIASES)
+            raise InputError(f"unknown dtype {dtype!r}{hint}; one of {', '.join(DTYPES)}")
         found["dtype"] = dtype
     return found
 
@@ -152,8 +153,6 @@ def _from_db(
     from tilewise import store
     from tilewise.kernels.ops import OPS, get_op
 
-    if missing_sqlite_file(url):
-        raise StoreError(f"database {store.safe_url(url)} does not exist")
     db = store.open_store(url, create=False)
     try:
         versions = {name: get_op(name).version for name in OPS}

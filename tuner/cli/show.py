@@ -15,7 +15,6 @@ from tilewise.cli._common import (
     TargetOpt,
     app,
     fail,
-    missing_sqlite_file,
     out,
     settings_for,
     workload_request,
@@ -41,22 +40,43 @@ def show(
         asked = workload_request(op, shape, dtype, target, settings)
         spec, parsed, dtype, profile = asked.spec, asked.shape, asked.dtype, asked.target
         workload = Workload(spec.name, spec.version, profile.name, dtype, parsed)
-        best = None
-        if not missing_sqlite_file(settings.db_url):  # no database yet: nothing is tuned
-            db_handle = store.open_store(settings.db_url, create=False)
+        # create=False: a database that does not exist (a SQLite file not there, a mistyped
+        # path) is an error naming it, not a database where nothing is tuned; none is created.
+        db_handle = store.open_store(settings.db_url, create=False)
+        try:
             with db_handle.session() as s:
                 row = store.find_workload(s, key=workload.key)
                 best = store.get_tiling(s, workload_id=row.id) if row else None
+        finally:
             db_handle.close()
     except TilewiseError as exc:
         fail(str(exc))
     if best is None:
+        # What a model calling the op would get for this shape: the runtime's own answer.
+        from tilewise.runtime import TilingTable
+
+        try:
+            table = TilingTable.from_db(settings.db_url, op=spec.name, target=profile.name)
+            answer = table.lookup(spec.name, target=profile.name, dtype=dtype, shape=parsed)
+        except TilewiseError as exc:
+            fail(str(exc))
         if as_json:
-            print(json.dumps({"workload": workload.to_dict(), "tuned": False}))
+            doc = {"workload": workload.to_dict(), "tuned": False, "runtime": answer.to_dict()}
+            print(json.dumps(doc))
         else:
             out.print(
                 f"{spec.name} {parsed} {dtype} on {profile.name}: not tuned "
                 f"(run `tilewise tune {spec.name} --shape {parsed.key()}`)"
+            )
+            if answer.workload is not None:
+                origin = (
+                    f"the tiling tuned for {answer.workload.shape.key()} "
+                    f"(log2 distance {answer.distance:.2f})"
+                )
+            else:
+                origin = "the op's default heuristic (no tuned shape of the op fits)"
+            out.print(
+                f"the runtime answers {answer.source}: {origin}: {json.dumps(dict(answer.tiling))}"
             )
         raise typer.Exit(1)
     result = {

@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import json
 import math
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Annotated, Any
 
 import typer
@@ -26,7 +30,7 @@ from tilewise.cli._common import (
     workload_request,
 )
 from tilewise.errors import InputError, TilewiseError
-from tilewise.types import Shape
+from tilewise.types import Shape, Tiling
 
 
 @app.command()
@@ -73,12 +77,9 @@ def tune(
         if not predict:
             # Checked before the database is opened: the Tuner met an unknown strategy only
             # after creating it (found by the CLI fuzz test).
-            from tilewise.search._strategies import STRATEGIES
+            from tilewise.search._strategies import check_strategy
 
-            if strategy not in STRATEGIES:
-                raise InputError(
-                    f"unknown strategy {strategy!r}; known: {', '.join(sorted(STRATEGIES))}"
-                )
+            check_strategy(strategy)
         if predict:
             _tune_predict(spec, parsed, dtype, profile, top=budget, seed=seed, as_json=as_json)
             return
@@ -115,19 +116,41 @@ def tune(
             TextColumn("{task.fields[info]}"),
             TimeElapsedColumn(),
         )
-        with Progress(*columns, console=err, transient=as_json) as bar:
+        with db_handle.session() as s:
+            stored_before = store.get_tiling(s, workload_id=tuner.workload_id)
+        earlier = sum(1 for o in tuner.seen.values() if o.status != "infeasible")
+        if earlier and not as_json:
+            err.print(
+                f"continuing the study of this workload: {earlier} tilings evaluated by earlier "
+                "runs are not measured again"
+            )
+        with Progress(*columns, console=err, transient=as_json) as bar, _first_interrupt() as hit:
             task = bar.add_task(f"tuning {spec.name} {parsed}", total=budget, info="")
 
             def show(p):  # type: ignore[no-untyped-def]
+                # The search's own single measurements; the winner is re-measured at the end.
                 best = f"{p.best_us:.1f} us" if p.best_us is not None else "-"
                 bar.update(
                     task,
                     completed=p.evaluations,
-                    info=f"best {best} | infeasible {p.infeasible} | failed {p.failed}",
+                    info=f"search best {best} | infeasible {p.infeasible} | failed {p.failed}",
                 )
 
-            result = tuner.run(Budget(budget, seconds), seed=seed, on_progress=show)
+            result = tuner.run(
+                Budget(budget, seconds), seed=seed, on_progress=show, should_stop=hit.is_set
+            )
     db_handle.close()
+
+    if result.stopped:
+        if as_json:
+            print(json.dumps(result.to_dict()))
+        kept = "the stored winner is unchanged" if stored_before else "no winner is stored"
+        err.print(
+            f"interrupted: the {result.progress.evaluations} evaluations of this run are kept "
+            f"(the next `tilewise tune` of this workload continues from them); nothing was "
+            f"re-measured, {kept}"
+        )
+        raise typer.Exit(130)
 
     if as_json:
         print(json.dumps(result.to_dict()))
@@ -153,7 +176,17 @@ def tune(
         f"{p.rejected_static} rejected before compiling, {p.rejected_build} after building, "
         f"{p.failed} failed, {result.seconds:.1f} s"
     )
-    if result.default and result.best.tiling == result.default.tiling and p.evaluations > 1:
+    previous = Tiling(stored_before.tiling) if stored_before else None
+    if previous is not None and previous != result.best.tiling:
+        out.print(
+            "the winner stored by an earlier run was replaced: the new one beat it side by side"
+        )
+    elif previous is not None and previous != (result.default and result.default.tiling):
+        out.print(
+            "the winner stored by an earlier run is kept: no new tiling beat it beyond the noise "
+            "of the side-by-side re-measure"
+        )
+    elif result.default and result.best.tiling == result.default.tiling and p.evaluations > 1:
         out.print(
             "no tiling beat the default beyond the noise of the final side-by-side re-measure: "
             "the default tiling is kept"
@@ -163,6 +196,29 @@ def tune(
             f"the strategy proposed only tilings that pass the static check: it screened out "
             f"{p.screened_out:,} of {p.screened:,} candidates (UB/L1/L0 limits, rules) uncompiled"
         )
+
+
+@contextmanager
+def _first_interrupt() -> Iterator[threading.Event]:
+    """The first Ctrl-C sets the event (the tune stops after the evaluation in flight, keeping
+    every record); a second one interrupts at once."""
+    hit = threading.Event()
+
+    def on_sigint(signum: int, frame: object) -> None:
+        if hit.is_set():
+            raise KeyboardInterrupt
+        hit.set()
+        err.print("stopping after the evaluation in flight (Ctrl-C again to abort at once)")
+
+    try:
+        previous = signal.signal(signal.SIGINT, on_sigint)
+    except ValueError:  # not the main thread: no handler of ours
+        yield hit
+        return
+    try:
+        yield hit
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _tune_predict(

@@ -31,7 +31,7 @@ from tilewise.cli._common import (
     results_table,
     settings_for,
 )
-from tilewise.errors import InputError, TilewiseError
+from tilewise.errors import TilewiseError
 
 if TYPE_CHECKING:
     from tilewise.kernels.backends import Backend
@@ -92,12 +92,9 @@ def tune_set(
         manifest = load_manifest(manifest_path)
         entries = manifest.entries(max_elements=settings.max_elements)
         check_seed(seed)
-        from tilewise.search._strategies import STRATEGIES
+        from tilewise.search._strategies import check_strategy
 
-        if strategy not in STRATEGIES:
-            raise InputError(
-                f"unknown strategy {strategy!r}; known: {', '.join(sorted(STRATEGIES))}"
-            )
+        check_strategy(strategy)
         db_handle = store.open_store(settings.db_url)
     except TilewiseError as exc:
         fail(str(exc))

@@ -9,6 +9,11 @@ Each call looks its shape up in the tiling table (exact, nearest valid, default:
 :mod:`tilewise.runtime`), builds the variant through the cpu-twin backend (the tuner's own
 on-disk cache) and launches it through the variant's ``tw_run`` on the runner's thread pool,
 loaded into this process: no runner process, no copy of the arrays.
+
+On an Ascend target (``load_ops(source, target="ascend910b2", device=0)``) the variant is the
+Ascend backend's CMake project, built with CANN, and the launch goes through its
+``liblauncher.so`` and ACL from this process: the arrays are copied to the NPU and the outputs
+back for each call (see :mod:`._ascend`). Tested against a fake CANN toolkit only.
 """
 
 from __future__ import annotations

@@ -10,18 +10,17 @@ from typing import Any
 
 import numpy as np
 
-from tilewise.errors import BackendError, InputError
-from tilewise.kernels.backends._cpu_twin import CpuTwinBackend
+from tilewise.errors import InputError
 from tilewise.kernels.ops import OPS, OpSpec, get_op
-from tilewise.kernels.ops._base import MEMORIES, NUMPY_DTYPES
-from tilewise.kernels.targets import get_target
-from tilewise.launch._host import CoreLimits, Host, Variant, shared_host
+from tilewise.kernels.ops._base import NUMPY_DTYPES, StructField
+from tilewise.launch._device import Device, Launch, open_device
 from tilewise.runtime import Source, TilingTable
-from tilewise.settings import Settings
+from tilewise.settings import Settings, get_settings
 from tilewise.types import Shape, Tiling
 
 _log = logging.getLogger(__name__)
 
+#: The target of an Ops unless told otherwise.
 TARGET = "cpu-twin"
 #: Plans (tiling checked, struct packed, variant loaded) kept per Ops: the most recent ones.
 PLAN_CACHE = 4096
@@ -49,11 +48,8 @@ class _Plan:
 
     choice: Choice
     outputs: dict[str, tuple[int, ...]]  # each output's GM argument name and numpy shape
-    variant: Variant
-    packed: bytes
-    block_dim: int
-    limits: CoreLimits
-    workspace: dict[int, int]  # GM position -> bytes
+    fields: tuple[StructField, ...]  # the tiling struct, parameters at their defaults
+    launch: Launch  # with those fields packed
 
 
 class Ops:
@@ -62,25 +58,49 @@ class Ops:
     ``ops.<op>(*inputs, out=None, **attributes)`` takes the op's inputs in GM order (or by
     name), checks them, reads the shape from their numpy shapes (``OpSpec.layout``; dims no
     array holds, such as a convolution's ``stride`` and ``pad``, by keyword), asks the table
-    for the tiling (target ``cpu-twin``), builds the variant once (the cpu-twin backend's
-    cached build, shared with the tuner) and launches it in this process. The output is
+    for the tiling of :attr:`target`, builds the variant once (the target's backend's cached
+    build, shared with the tuner) and launches it from this process: on the cpu-twin in
+    place on the arrays, on an Ascend target through ACL on device ``device``, the arrays
+    copied to the device and the outputs back. The op's ``OpSpec.parameters`` (a
+    convolution's ``negative_slope``) are keywords too, at their defaults when not given; they
+    are no part of the shape, so the tiling is the same for every value. The output is
     written into ``out`` when given (checked like the inputs), else into a new array; an op
     with several outputs (``swiglu_grad``: dg, du) returns them as a tuple in GM order and
     takes ``out`` as such a tuple.
 
-    Thread-safe: launches of every :class:`Ops` in the process are serialised by one lock (the
-    host's thread pool runs one launch at a time, on every core); :attr:`last_choice` is per
-    thread.
+    Thread-safe: launches of every :class:`Ops` in the process are serialised by one lock per
+    device kind (the twin's thread pool runs one launch at a time, on every core);
+    :attr:`last_choice` is per thread.
+
+    Raises (at construction) InputError for an unknown target, BackendError when the target's
+    toolkit is missing (an Ascend target without CANN: the message names ASCEND_HOME_PATH and
+    set_env.sh) or the host has no NPU.
     """
 
-    def __init__(self, table: TilingTable, *, settings: Settings | None = None) -> None:
+    def __init__(
+        self,
+        table: TilingTable,
+        *,
+        settings: Settings | None = None,
+        target: str = TARGET,
+        device: int = 0,
+    ) -> None:
+        self._setup(table, open_device(target, settings=settings or get_settings(), device=device))
+
+    @classmethod
+    def with_device(cls, table: TilingTable, device: Device) -> Ops:
+        """The Ops of ``table`` on a Device opened already (see :func:`load_ops`)."""
+        ops = cls.__new__(cls)
+        ops._setup(table, device)
+        return ops
+
+    def _setup(self, table: TilingTable, device: Device) -> None:
         self.table = table
-        self._backend = CpuTwinBackend(settings)
-        self._target = get_target(TARGET)
-        self._host: Host | None = None
+        self._device = device
+        #: The target whose tilings (and checks) the calls use, e.g. ``cpu-twin``.
+        self.target: str = device.target.name
         self._plans: dict[tuple[Any, ...], _Plan] = {}
-        self._variants: dict[tuple[str, tuple[tuple[str, str], ...]], Variant] = {}
-        self._lock = threading.Lock()  # the caches above; held while a variant builds
+        self._lock = threading.Lock()  # the plan cache; held while a variant builds
         self._local = threading.local()
 
     @property
@@ -98,8 +118,10 @@ class Ops:
             return self.call(name, *arrays, out=out, **named)
 
         op.__name__ = op.__qualname__ = name
-        op.__doc__ = f"{spec.summary}\n\nInputs: {', '.join(_inputs(spec))}." + (
-            f" Attributes: {', '.join(spec.attributes)}." if spec.attributes else ""
+        op.__doc__ = (
+            f"{spec.summary}\n\nInputs: {', '.join(_inputs(spec))}."
+            + (f" Attributes: {', '.join(spec.attributes)}." if spec.attributes else "")
+            + "".join(f" {p.name}={p.default}: {p.doc}." for p in spec.parameters)
         )
         self.__dict__[name] = op  # found without __getattr__ from now on
         return op
@@ -115,38 +137,92 @@ class Ops:
             BackendError: the variant cannot be built, or the kernel reported an error.
         """
         spec = get_op(op)
-        inputs, attributes = _bind(spec, arrays, named)
+        inputs, attributes, parameters = _bind(spec, arrays, named)
         dtype = _check_inputs(spec, inputs)
-        plan = self._plan(spec, dtype, inputs, attributes)
+        shapes = {name: array.shape for name, array in inputs.items()}
+        plan = self._plan(spec, dtype, shapes, attributes)
+        packed = spec.pack_struct(plan.fields, parameters) if parameters else None
         outputs = _outputs(spec, plan.outputs, out, dtype, inputs)
         bound = {**inputs, **outputs}
-        gm = [
-            None if role == "workspace" else bound[name].ctypes.data
-            for name, role in spec.roles.items()
-        ]
-        self._shared_host().launch(
-            plan.variant, gm, plan.workspace, plan.packed, plan.block_dim, plan.limits
-        )
+        plan.launch(
+            [None if role == "workspace" else bound[name].ctypes.data
+             for name, role in spec.roles.items()],
+            packed=packed,
+        )  # fmt: skip
         self._local.choice = plan.choice
         results = tuple(outputs.values())
         return results[0] if len(results) == 1 else results
 
-    def _shared_host(self) -> Host:
-        if self._host is None:
-            self._host = shared_host(self._backend)
-        return self._host
+    def output_shapes(
+        self,
+        op: str,
+        dtype: str,
+        shapes: Mapping[str, tuple[int, ...]],
+        keywords: Mapping[str, Any],
+    ) -> dict[str, tuple[int, ...]]:
+        """The shape of each output (by GM name) of ``op`` on inputs of ``shapes`` (by GM
+        name) with ``keywords`` (attributes and parameters, as ``ops.<op>`` takes them), for a
+        caller that allocates the outputs itself before :meth:`launch`.
+
+        Raises:
+            InputError: the shapes or keywords break a rule of the op.
+        """
+        spec = get_op(op)
+        attributes, _ = _keywords(spec, keywords)
+        return dict(self._plan(spec, dtype, shapes, attributes).outputs)
+
+    def launch(
+        self,
+        op: str,
+        dtype: str,
+        shapes: Mapping[str, tuple[int, ...]],
+        keywords: Mapping[str, Any],
+        addresses: Mapping[str, int],
+        *,
+        device_memory: bool = False,
+        stream: int | None = None,
+        device: int | None = None,
+    ) -> Choice:
+        """Run ``op`` on memory its caller owns: ``addresses`` of every input and output (by
+        GM name; C-contiguous buffers of ``dtype`` whose shapes are ``shapes`` and
+        :meth:`output_shapes`), unchecked beyond the shapes, with ``keywords`` (attributes and
+        parameters). This is what the torch ops run on
+        NPU tensors: ``device_memory`` (device addresses), ``stream`` (a raw ACL stream) and
+        ``device`` (the device id) are as :class:`~tilewise.launch._device.Launch` takes them.
+        Returns the :class:`Choice`, also this thread's :attr:`last_choice`.
+
+        Raises:
+            InputError: a bad dtype or shape, or a missing address.
+            BackendError: the variant cannot be built, or the kernel reported an error.
+        """
+        spec = get_op(op)
+        if dtype not in spec.dtypes:
+            raise InputError(f"{spec.name}: dtype {dtype}; supported: {', '.join(spec.dtypes)}")
+        attributes, parameters = _keywords(spec, keywords)
+        plan = self._plan(spec, dtype, shapes, attributes)
+        missing = [n for n, r in spec.roles.items() if r != "workspace" and n not in addresses]
+        if missing:
+            raise InputError(f"{spec.name}: no address for {', '.join(missing)}")
+        plan.launch(
+            [None if r == "workspace" else addresses[n] for n, r in spec.roles.items()],
+            packed=spec.pack_struct(plan.fields, parameters) if parameters else None,
+            device_memory=device_memory,
+            stream=stream,
+            device=device,
+        )
+        self._local.choice = plan.choice
+        return plan.choice
 
     def _plan(
         self,
         spec: OpSpec,
         dtype: str,
-        inputs: Mapping[str, np.ndarray],
+        shapes: Mapping[str, tuple[int, ...]],
         attributes: Mapping[str, Any],
     ) -> _Plan:
         """The plan of a call, kept per op, dtype, input shapes and attributes: a table never
         changes, so a call of a shape seen before skips reading the shape and, when the table
         has the shape, the lookup."""
-        shapes = {name: array.shape for name, array in inputs.items()}
         key = (spec.name, dtype, *shapes.values(), *sorted(attributes.items()))
         try:
             plan = self._plans.get(key)
@@ -156,10 +232,12 @@ class Ops:
             if plan.choice.source != "exact":
                 # Asked again: counted in the table's misses, as every ask of a shape it has no
                 # exact entry for (a cached answer: a dict lookup).
-                self.table.lookup(spec.name, target=TARGET, dtype=dtype, shape=plan.choice.shape)
+                self.table.lookup(
+                    spec.name, target=self.target, dtype=dtype, shape=plan.choice.shape
+                )
             return plan
         shape = spec.shape_of(shapes, attributes)
-        answer = self.table.lookup(spec.name, target=TARGET, dtype=dtype, shape=shape)
+        answer = self.table.lookup(spec.name, target=self.target, dtype=dtype, shape=shape)
         with self._lock:
             plan = self._make_plan(spec, dtype, shape, answer.tiling, answer.source)
             while len(self._plans) >= PLAN_CACHE:
@@ -170,7 +248,7 @@ class Ops:
     def _make_plan(
         self, spec: OpSpec, dtype: str, shape: Shape, tiling: Tiling, source: Source
     ) -> _Plan:
-        target = self._target
+        target = self._device.target
         if not spec.valid(tiling, shape, dtype, target):
             # Only tilings that pass the op's checks for this shape run in this process (an
             # untested one could write past a buffer here, not in the tuner's runner).
@@ -182,33 +260,21 @@ class Ops:
                 source,
             )
             tiling, source = spec.default_tiling(shape, dtype, target), "default"
-        variant = self._variant(spec, spec.compile_key(tiling, dtype))
-        packed = spec.pack_tiling(tiling, shape, dtype, target)
-        limits = target.limits(mix=spec.mix)
         args = spec.gm_args(shape, dtype)
         shapes = spec.array_shapes(shape)
+        fields = spec.tiling_struct(tiling, shape, dtype, target)
         return _Plan(
             choice=Choice(spec.name, dtype, shape, tiling, source),
             outputs={a.name: shapes[a.name] for a in args if a.role == "out"},
-            variant=variant,
-            packed=packed,
-            block_dim=spec.block_dim(tiling, shape, dtype, target),
-            # Unchecked, as the tuner's timed launches: the tiling passed the checks above.
-            limits=CoreLimits(*(limits[m] for m in MEMORIES), 0),
-            workspace={i: a.nbytes for i, a in enumerate(args) if a.role == "workspace"},
+            fields=fields,
+            launch=self._device.prepare(
+                spec,
+                spec.compile_key(tiling, dtype),
+                args=args,
+                packed=spec.pack_struct(fields),
+                block_dim=spec.block_dim(tiling, shape, dtype, target),
+            ),
         )
-
-    def _variant(self, spec: OpSpec, defines: dict[str, str]) -> Variant:
-        key = (spec.name, tuple(sorted(defines.items())))
-        found = self._variants.get(key)
-        if found is None:
-            build = self._backend.build(spec, defines)
-            if not build.ok or build.artifact is None:
-                raise BackendError(
-                    f"{spec.name} {defines}: the variant does not build: {build.error}"
-                )
-            found = self._variants[key] = self._shared_host().variant(build.artifact)
-        return found
 
 
 def _inputs(spec: OpSpec) -> list[str]:
@@ -217,23 +283,37 @@ def _inputs(spec: OpSpec) -> list[str]:
 
 def _bind(
     spec: OpSpec, arrays: tuple[Any, ...], named: Mapping[str, Any]
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(inputs by name, attributes) from a call's positional and keyword arguments."""
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """(inputs by name, attributes, parameters) from a call's positional and keyword
+    arguments (see :func:`_keywords`)."""
     names = _inputs(spec)
     if len(arrays) > len(names):
         raise InputError(
             f"{spec.name}: takes {len(names)} arrays ({', '.join(names)}), got {len(arrays)}"
         )
     inputs = dict(zip(names, arrays, strict=False))
-    attributes: dict[str, Any] = {}
+    keywords: dict[str, Any] = {}
     for key, value in named.items():
         if key in inputs:
             raise InputError(f"{spec.name}: {key} given twice (by position and by name)")
-        (inputs if key in names else attributes)[key] = value
+        (inputs if key in names else keywords)[key] = value
     missing = [n for n in names if n not in inputs]
     if missing:
         raise InputError(f"{spec.name}: missing input {', '.join(missing)}")
-    return inputs, attributes
+    return inputs, *_keywords(spec, keywords)
+
+
+def _keywords(spec: OpSpec, keywords: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(attributes, parameters) from a call's keywords that are no inputs: a keyword that is
+    no parameter is taken for an attribute (``OpSpec.shape_of`` names the unknown ones); the
+    parameters are checked and completed with their defaults (``OpSpec.bind_parameters``)
+    when any is given, else empty (the prepared struct holds the defaults)."""
+    attributes: dict[str, Any] = {}
+    parameters: dict[str, Any] = {}
+    for key, value in keywords.items():
+        is_parameter = any(p.name == key for p in spec.parameters)
+        (parameters if is_parameter else attributes)[key] = value
+    return attributes, spec.bind_parameters(parameters) if parameters else {}
 
 
 def _check_array(spec: OpSpec, name: str, value: Any) -> np.ndarray:

@@ -1,6 +1,7 @@
 """Search: Optuna studies over an op's tunables, with cheap rejections before any compile."""
 
 from tilewise.search._evaluate import JobTag, Progress
+from tilewise.search._measure import Attempt, Measurer
 from tilewise.search._remeasure import Measured
 from tilewise.search._replay import ReplayResult, ReplayRun, ReplaySpace, replay_search
 from tilewise.search._space import SearchSpace
@@ -10,9 +11,11 @@ from tilewise.search._tune import Budget, Tuner, TuneResult
 
 __all__ = [
     "STRATEGIES",
+    "Attempt",
     "Budget",
     "JobTag",
     "Measured",
+    "Measurer",
     "Progress",
     "ReplayResult",
     "ReplayRun",

@@ -1,12 +1,5 @@
-"""The evaluation of one tiling: static check, build, run, measure, record.
-
-The cheap checks run first, so a tiling that cannot work costs neither a compile nor a launch:
-
-1. static check — footprint per memory against the target, the op's validity rules, refined by
-   the backend (``Backend.refine_check``);
-2. build — the compile-time part only (cached); spills in loops and the stack frame;
-3. run — the first launch is checked against the numpy reference;
-4. measure — warm-up, repeats, median and spread.
+"""The evaluation of one tiling in a search: :meth:`Measurer.attempt
+<tilewise.search._measure.Measurer.attempt>` (static check, build, run, measure), recorded.
 
 Every outcome is appended to the records, failures included (they carry constraint values, > 0
 violated, for the study). A tiling that has a record already is never evaluated again: several
@@ -22,9 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tilewise import store
-from tilewise.kernels.backends import Backend, BuildLimits, BuildResult, MeasureOptions, RunResult
-from tilewise.kernels.ops import Check, OpSpec
+from tilewise.kernels.backends import Backend
+from tilewise.kernels.ops import OpSpec
 from tilewise.kernels.targets import TargetProfile
+from tilewise.search._measure import Measurer
 from tilewise.settings import Settings
 from tilewise.status import RecordSource
 from tilewise.store import RecordStatus
@@ -86,7 +80,7 @@ def outcome_of(record: Any) -> Outcome:
     return Outcome(record.status, record.latency_us, dict(record.constraints or {}), record.id)
 
 
-class Evaluator:
+class Evaluator(Measurer):
     """Evaluates tilings of one workload on one backend and records every outcome.
 
     ``seen`` holds the outcome of every tiling with a record when the evaluator was made (but
@@ -105,15 +99,12 @@ class Evaluator:
         settings: Settings,
         job: JobTag | None = None,
     ) -> None:
-        self.spec, self.shape, self.dtype, self.target = spec, shape, dtype, target
-        self.backend, self.db, self.settings, self.job = backend, db, settings, job
-        self.workload = Workload(spec.name, spec.version, target.name, dtype, shape)
-        self.measure = MeasureOptions(
-            settings.warmup, settings.repeats, settings.max_measure_s, settings.warmup_s
+        super().__init__(
+            spec=spec, shape=shape, dtype=dtype, target=target, backend=backend, settings=settings
         )
-        self.limits = BuildLimits(settings.max_loop_spills, settings.max_stack_bytes)
+        self.db, self.job = db, job
+        self.workload = Workload(spec.name, spec.version, target.name, dtype, shape)
         self.env = {**backend.environment(), "target": target.name}
-        self._builds: dict[str, BuildResult] = {}
         with db.session() as s:
             self.workload_id = store.commit_workload(s, self.workload).id
             self.seen: dict[str, Outcome] = {
@@ -152,53 +143,10 @@ class Evaluator:
             )
         return Outcome(outcome.status, outcome.latency_us, outcome.constraints, row.id)
 
-    def build(self, tiling: Tiling) -> BuildResult:
-        """The build of ``tiling``'s compile-time part, asked of the backend once per variant."""
-        defines = self.spec.compile_key(tiling, self.dtype)
-        key = repr(sorted(defines.items()))
-        if key not in self._builds:
-            self._builds[key] = self.backend.build(self.spec, defines)
-        return self._builds[key]
-
-    def all_variants_rejected(self) -> bool:
-        """Whether every compile-time variant of the op failed its build or its build checks."""
-        variants = 1
-        for tunable in self.spec.compile_tunables:
-            variants *= len(tunable.values)
-        rejected = [
-            b
-            for b in self._builds.values()
-            if not b.ok or any(v > 0 for v in b.violations(self.limits).values())
-        ]
-        return len(rejected) >= variants
-
-    def launch(
-        self, build: BuildResult, tiling: Tiling, *, check: bool, measure: MeasureOptions
-    ) -> RunResult:
-        return self.backend.run(
-            build,
-            self.spec,
-            shape=self.shape,
-            dtype=self.dtype,
-            target=self.target,
-            tiling=tiling,
-            check=check,
-            measure=measure,
-        )
-
-    def static_check(self, tiling: Tiling) -> Check:
-        """The op's checks, refined by the backend (``Backend.refine_check``: on Ascend targets
-        with ``ub_check=compiler``, bishengir-compile's UB verdict on the kernel's buffer plan
-        instead of the analytic footprint)."""
-        check = self.spec.check(tiling, self.shape, self.dtype, self.target)
-        return self.backend.refine_check(
-            self.spec, tiling, self.shape, self.dtype, self.target, check
-        )
-
     def evaluate(
         self, tiling: Tiling, *, source: RecordSource, progress: Progress, trial: int | None = None
     ) -> Outcome:
-        """Check, build, run and measure one tiling; append its record.
+        """Check, build, run and measure one tiling (:meth:`attempt`); append its record.
 
         A tiling that has a record already (another worker's, made after this tuner started)
         is not evaluated again: that record's outcome is returned.
@@ -214,44 +162,22 @@ class Evaluator:
                 progress.best_us, progress.best = known.latency_us, tiling
             return known
         fields: dict[str, Any] = {"source": source, "trial_number": trial}
-        check = self.static_check(tiling)
-        if not check.valid:
+        attempt = self.attempt(tiling)
+        if attempt.stage == "static":
             progress.rejected_static += 1
-            bad = {k: v for k, v in check.constraints.items() if v > 0}
-            return self.record(
-                tiling,
-                Outcome(RecordStatus.INFEASIBLE, None, bad),
-                error="; ".join(check.reasons),
-                **fields,
-            )
-
-        build = self.build(tiling)
-        if not build.ok:
-            progress.evaluations += 1
-            progress.failed += 1
-            return self.record(
-                tiling,
-                Outcome(RecordStatus.BUILD_FAILED, None, {"build": 1.0}),
-                error=build.error,
-                **fields,
-            )
-        over = {k: v for k, v in build.violations(self.limits).items() if v > 0}
-        if over:
+        elif attempt.status == RecordStatus.INFEASIBLE:  # over the build limits
             progress.rejected_build += 1
-            reason = (
-                f"{build.spills} spills in loops (max {self.limits.max_loop_spills}), "
-                f"stack {build.stack_bytes} B (max {self.limits.max_stack_bytes})"
-            )
+        else:  # built and launched, or its build failed
+            progress.evaluations += 1
+            if attempt.status != RecordStatus.OK:
+                progress.failed += 1
+        run = attempt.run
+        if attempt.status != RecordStatus.OK or run is None:
             return self.record(
-                tiling, Outcome(RecordStatus.INFEASIBLE, None, over), error=reason, **fields
-            )
-
-        run = self.launch(build, tiling, check=True, measure=self.measure)
-        progress.evaluations += 1
-        if not run.ok:
-            progress.failed += 1
-            return self.record(
-                tiling, Outcome(run.status, None, {run.status: 1.0}), error=run.error, **fields
+                tiling,
+                Outcome(attempt.status, None, attempt.constraints),
+                error=attempt.error,
+                **fields,
             )
         outcome = self.record(
             tiling,

@@ -16,7 +16,7 @@ from typing import Any
 
 from tilewise import store
 from tilewise.kernels.backends import MeasureOptions, RunResult
-from tilewise.search._evaluate import Evaluator, Outcome
+from tilewise.search._evaluate import Evaluator, Outcome, Progress
 from tilewise.status import RecordSource
 from tilewise.store import RecordStatus
 from tilewise.types import Tiling
@@ -77,12 +77,20 @@ def interleaved_samples(
 
 
 def finish(evaluator: Evaluator, default: Tiling) -> tuple[Measured | None, Measured | None]:
-    """Re-measure the best few and the default side by side; store the winner.
+    """Re-measure the best few, the default and the stored winner side by side; store the
+    winner.
+
+    The default is always among them: a search whose budget went to warm-start tilings never
+    reached it, and it is evaluated (checked and measured, one evaluation beyond the budget)
+    here first. The fastest contender replaces the default only when faster beyond the noise
+    (:func:`beats_default`), and the winner stored by an earlier run stays unless the new one
+    beats it by the same test: one stored winner per workload, which changes on evidence.
 
     The best and the default as re-measured; (None, None) when nothing could be."""
     settings = evaluator.settings
     with evaluator.db.session() as s:
         top = store.top_k(s, workload_id=evaluator.workload_id, k=settings.remeasure_top + 4)
+        stored = store.get_tiling(s, workload_id=evaluator.workload_id)
     contenders: dict[str, Tiling] = {}
     for record in top:
         if record.source != RecordSource.REMEASURE and record.tiling_key not in contenders:
@@ -92,8 +100,15 @@ def finish(evaluator: Evaluator, default: Tiling) -> tuple[Measured | None, Meas
     if not contenders:
         return None, None
     default_seen = evaluator.seen.get(default.key())
+    if default_seen is None:
+        default_seen = evaluator.seen[default.key()] = evaluator.evaluate(
+            default, source=RecordSource.DEFAULT, progress=Progress(budget=1)
+        )
     if default_seen is not None and default_seen.status == RecordStatus.OK:
         contenders.setdefault(default.key(), default)
+    incumbent = Tiling(stored.tiling) if stored is not None else None
+    if incumbent is not None:
+        contenders.setdefault(incumbent.key(), incumbent)
     samples = interleaved_samples(evaluator, contenders)
     latencies: dict[str, tuple[float, int]] = {}
     for key, times in samples.items():
@@ -109,20 +124,14 @@ def finish(evaluator: Evaluator, default: Tiling) -> tuple[Measured | None, Meas
         latencies[key] = (median, rec.record_id or 0)
     if not latencies:
         return None, None
-    best_key, default_key = min(latencies, key=lambda k: latencies[k][0]), default.key()
-    if (
-        best_key != default_key
-        and default_key in samples
-        and not beats_default(samples[best_key], samples[default_key])
-    ):
-        log.info(
-            "%s: kept the default tiling: the fastest contender (%.1f us against %.1f us) "
-            "was not faster beyond the noise of the re-measure",
-            evaluator.workload.study_name,
-            latencies[best_key][0],
-            latencies[default_key][0],
-        )
-        best_key = default_key
+    best_key = _kept(
+        min(latencies, key=lambda k: latencies[k][0]), default.key(), samples, "the default"
+    )
+    if incumbent is not None:
+        best_key = _kept(best_key, incumbent.key(), samples, "the stored winner")
+    name = evaluator.workload.study_name
+    if incumbent is not None and best_key != incumbent.key():
+        log.info("%s: the stored winner was replaced: the new one beat it side by side", name)
     best = Measured(contenders[best_key], latencies[best_key][0])
     default_measured = (
         Measured(default, latencies[default.key()][0]) if default.key() in latencies else None
@@ -145,6 +154,19 @@ def finish(evaluator: Evaluator, default: Tiling) -> tuple[Measured | None, Meas
             evaluations=evaluations,
         )
     return best, default_measured
+
+
+def _kept(fastest: str, holder: str, samples: Mapping[str, list[float]], what: str) -> str:
+    """``fastest``, if it beats ``holder`` beyond the noise (or ``holder`` was not re-measured);
+    else ``holder``."""
+    if (
+        fastest == holder
+        or holder not in samples
+        or beats_default(samples[fastest], samples[holder])
+    ):
+        return fastest
+    log.info("kept %s: the fastest contender was not faster beyond the noise", what)
+    return holder
 
 
 def beats_default(candidate: list[float], default: list[float]) -> bool:

@@ -1,8 +1,10 @@
 """The ``replay`` target: a recorded tuning space played back as if it were a device.
 
 A recorded space is a CSV with one column per tunable (constant columns kept) and then
-``time_ms``; ``inf`` marks a configuration that passed the kernel's restrictions but failed to
-compile or run. Every configuration allowed by the restrictions is a row, so:
+``time_ms``, as ``bench/record_space.py`` records one exhaustively and ``tilewise records
+--format csv`` exports the records of any tuned workload (:mod:`tilewise.records`); ``inf``
+marks a configuration that passed the kernel's restrictions but failed to compile or run.
+Every configuration allowed by the restrictions is a row, so:
 
 * a configuration in the file costs one evaluation and returns its recorded time, or fails
   (``inf``) — a failure costs an evaluation too, like a failed compile;
@@ -29,9 +31,8 @@ import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution
 
 from tilewise.errors import InputError
+from tilewise.records import TIME_COLUMN
 from tilewise.search._loop import AskTellLoop
-
-TIME_COLUMN = "time_ms"
 
 Value = int | float | str
 Config = tuple[Value, ...]

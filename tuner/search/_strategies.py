@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import optuna
 
-from tilewise.errors import ConfigError, InputError
+from tilewise.errors import ConfigError, InputError, did_you_mean
 from tilewise.search._space import SearchSpace
 
 Factory = Callable[[int | None, SearchSpace | None], optuna.samplers.BaseSampler]
@@ -97,10 +97,14 @@ def make_sampler(
     seed: int | None, *, strategy: str = "default", space: SearchSpace | None = None
 ) -> optuna.samplers.BaseSampler:
     """The sampler of ``strategy`` (see :data:`STRATEGIES`); an unknown name is an InputError."""
-    try:
-        factory = STRATEGIES[strategy]
-    except KeyError:
+    check_strategy(strategy)
+    return STRATEGIES[strategy](seed, space)
+
+
+def check_strategy(strategy: str) -> None:
+    """An InputError, with a did-you-mean hint, unless ``strategy`` names a strategy."""
+    if strategy not in STRATEGIES:
         raise InputError(
-            f"unknown strategy {strategy!r}; known: {', '.join(sorted(STRATEGIES))}"
-        ) from None
-    return factory(seed, space)
+            f"unknown strategy {strategy!r}{did_you_mean(strategy, STRATEGIES)}; "
+            f"known: {', '.join(sorted(STRATEGIES))}"
+        )

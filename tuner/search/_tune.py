@@ -35,7 +35,7 @@ from tilewise.errors import StoreError
 from tilewise.kernels.backends import Backend
 from tilewise.kernels.ops import OpSpec
 from tilewise.kernels.targets import TargetProfile
-from tilewise.search import _remeasure
+from tilewise.search import _remeasure, _study
 from tilewise.search._evaluate import Evaluator, JobTag, Outcome, Progress
 from tilewise.search._loop import AskTellLoop
 from tilewise.search._remeasure import Measured
@@ -43,7 +43,7 @@ from tilewise.search._space import SearchSpace, distributions, tiling_from_param
 from tilewise.search._strategies import make_sampler
 from tilewise.search._warm import nearest_tuned_tilings
 from tilewise.settings import Settings
-from tilewise.status import RecordSource
+from tilewise.status import RecordSource, RecordStatus
 from tilewise.types import Shape, Tiling, Workload
 
 log = logging.getLogger(__name__)
@@ -67,6 +67,9 @@ class TuneResult:
     seconds: float
     #: ``should_stop`` ended the search: nothing was re-measured or stored as the winner.
     stopped: bool = False
+    #: Tilings of the workload evaluated by earlier runs (not evaluated again): > 0 when this
+    #: run continued a study.
+    earlier_evaluations: int = 0
 
     @property
     def speedup(self) -> float | None:
@@ -91,6 +94,7 @@ class TuneResult:
             "failed": p.failed,
             "seconds": round(self.seconds, 3),
             "stopped": self.stopped,
+            "earlier_evaluations": self.earlier_evaluations,
         }
 
 
@@ -177,6 +181,7 @@ class Tuner(Evaluator):
     ) -> TuneResult:
         started = time.monotonic()
         progress = Progress(budget=budget.evaluations)
+        earlier_runs = sum(1 for o in self.seen.values() if o.status != RecordStatus.INFEASIBLE)
         earlier = [o.latency_us for o in self.seen.values() if o.latency_us is not None]
         progress.best_us = min(earlier, default=None)
         optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -202,13 +207,41 @@ class Tuner(Evaluator):
         progress.screened, progress.screened_out = self.screened, self.screened_out
         if stopped or not finish:
             return TuneResult(
-                self.workload, None, None, progress, time.monotonic() - started, stopped=stopped
+                self.workload,
+                None,
+                None,
+                progress,
+                time.monotonic() - started,
+                stopped=stopped,
+                earlier_evaluations=earlier_runs,
             )
         default = self.spec.default_tiling(self.shape, self.dtype, self.target)
         best, default_measured = self.finish(default)
+        if best is not None:
+            self._record_outcome(best, default_measured)
         return TuneResult(
-            self.workload, best, default_measured, progress, time.monotonic() - started
+            self.workload,
+            best,
+            default_measured,
+            progress,
+            time.monotonic() - started,
+            earlier_evaluations=earlier_runs,
         )
+
+    def _record_outcome(self, best: Measured, default: Measured | None) -> None:
+        attrs: dict[str, Any] = {"best_latency_us": best.latency_us}
+        if default is not None:
+            attrs["default_latency_us"] = default.latency_us
+            attrs["speedup"] = default.latency_us / best.latency_us
+        try:
+            storage = optuna_storage(self.db.url)
+        except sqlalchemy.exc.SQLAlchemyError as exc:
+            log.warning("%s: the Optuna study is out of reach: %s", self.workload.study_name, exc)
+            return
+        try:
+            _study.record_outcome(storage, self.workload.study_name, attrs)
+        finally:
+            storage.engine.dispose()
 
     def _search(
         self,
@@ -228,12 +261,15 @@ class Tuner(Evaluator):
             direction="minimize",
             load_if_exists=True,
         )
+        _study.describe(study, self.workload, strategy=self.strategy)
         default = self.spec.default_tiling(self.shape, self.dtype, self.target)
+        if default.key() not in self.seen:
+            # First, so that even a budget the warm start would fill measures the default the
+            # winner is compared with. skip_if_exists: another worker on this study may have
+            # queued it already.
+            study.enqueue_trial(dict(default), skip_if_exists=True)
         for tiling in self._warm_start():
             study.enqueue_trial(dict(tiling), skip_if_exists=True)
-        if default.key() not in self.seen:
-            # skip_if_exists: another worker on this study may have queued it already.
-            study.enqueue_trial(dict(default), skip_if_exists=True)
         loop = _TunerLoop(
             self,
             study,

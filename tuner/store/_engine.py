@@ -56,13 +56,29 @@ def _mask_unparsed(text: str) -> str:
     return f"{scheme}***@{host}"
 
 
+#: What a SQLite file is usually called: a bare path with one of these is taken for a file.
+_SQLITE_SUFFIXES = (".db", ".sqlite", ".sqlite3", ".db3")
+
+
 def _parse(url: str | URL) -> URL:
     try:
         return make_url(url)
     except (ArgumentError, ValueError) as exc:
         # ValueError: a port that is not a number ("host:port"), raised by make_url itself.
         message = _mask_unparsed(str(exc))
-        raise StoreError(f"not a database URL: {_mask_unparsed(str(url))!r} ({message})") from exc
+        raise StoreError(
+            f"not a database URL: {_mask_unparsed(str(url))!r} ({message}){_file_hint(str(url))}"
+        ) from exc
+
+
+def _file_hint(text: str) -> str:
+    """``; did you mean sqlite:///PATH?`` for a bare path to a SQLite file."""
+    if "://" in text or "@" in text or not text.strip():
+        return ""
+    path = Path(text).expanduser()
+    if path.suffix.lower() in _SQLITE_SUFFIXES or "/" in text or path.is_file():
+        return f"; a file path? did you mean sqlite:///{path}?"
+    return ""
 
 
 def _sqlite_file(url: URL) -> Path | None:

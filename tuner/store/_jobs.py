@@ -134,6 +134,42 @@ def count_jobs_by_status(session: Session) -> dict[JobStatus, int]:
     return {JobStatus(status): int(n) for status, n in session.execute(query)}
 
 
+def queued_jobs_by_target(session: Session) -> dict[str, int]:
+    """The number of queued jobs of each target that has any: the queue's depth per target."""
+    query = (
+        select(WorkloadModel.target, sa_func.count())
+        .join(JobModel, JobModel.workload_id == WorkloadModel.id)
+        .where(JobModel.status == JobStatus.QUEUED)
+        .group_by(WorkloadModel.target)
+    )
+    return {str(target): int(n) for target, n in session.execute(query)}
+
+
+def job_time_by_target(
+    session: Session, *, now: datetime | None = None
+) -> dict[str, tuple[float, int]]:
+    """Per target, the seconds jobs have run (from their start to their end, or to ``now`` while
+    they run) and the evaluations they made in that time: the time per evaluation, as a tuning
+    run spends it (builds, launches, the search's own work and the final re-measure). A job
+    claimed again after its worker died counts from its new start."""
+    now = now or utcnow()
+    query = (
+        select(
+            WorkloadModel.target, JobModel.started_at, JobModel.finished_at, JobModel.evaluations
+        )
+        .join(JobModel, JobModel.workload_id == WorkloadModel.id)
+        .where(JobModel.started_at.is_not(None), JobModel.evaluations > 0)
+    )
+    totals: dict[str, tuple[float, int]] = {}
+    for target, started, finished, evaluations in session.execute(query):
+        if started is None:  # excluded by the query; for the type checker
+            continue
+        seconds = max(0.0, ((finished or now) - started).total_seconds())
+        spent, count = totals.get(target, (0.0, 0))
+        totals[str(target)] = (spent + seconds, count + int(evaluations))
+    return totals
+
+
 def _claimable(now: datetime) -> Any:
     return or_(
         JobModel.status == JobStatus.QUEUED,

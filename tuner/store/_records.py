@@ -160,6 +160,17 @@ def count_workloads(session: Session) -> int:
     return int(session.scalar(select(sa_func.count()).select_from(WorkloadModel)) or 0)
 
 
+def count_evaluations_by_status(session: Session) -> dict[RecordStatus, int]:
+    """The number of tilings the searches tried, by outcome (re-measures and predictions left
+    out; ``infeasible`` ones were refused before a build)."""
+    query = (
+        select(RecordModel.status, sa_func.count())
+        .where(RecordModel.source.in_([RecordSource.DEFAULT, RecordSource.SEARCH]))
+        .group_by(RecordModel.status)
+    )
+    return {RecordStatus(status): int(n) for status, n in session.execute(query)}
+
+
 def add_record(
     session: Session,
     *,

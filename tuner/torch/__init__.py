@@ -1,4 +1,4 @@
-"""The tuned kernels as PyTorch operators, run in this process on CPU tensors::
+"""The tuned kernels as PyTorch operators, run in this process on CPU (and NPU) tensors::
 
     import torch
     import tilewise.torch  # registers torch.ops.tilewise.<op> for every op
@@ -9,14 +9,19 @@
 
 Each call goes through one shared :class:`tilewise.launch.Ops` (see :func:`use_table`): the
 tiling of the shape from the table, the kernel launched in process on the tensors' memory.
-Float32 and float16 CPU tensors only; a tensor that breaks a rule raises
-:class:`tilewise.InputError` naming it before anything runs. Ops that work row by row take
-leading batch dims (:data:`ROW_DIMS`). Every op has a fake implementation (``torch.compile``
-with ``fullgraph=True``, ``torch.export``) and the differentiable ones a backward: swiglu's is
-the fused ``swiglu_grad`` kernel, the others are their reference formulas in torch.
+Float32 and float16 CPU tensors run on the cpu-twin; NPU tensors (torch_npu) run the Ascend
+kernels of the target given to ``use_table(source, target="ascend910b2")`` on their device, in
+device memory (tested against a fake CANN toolkit only: no NPU tensor has existed here). A
+tensor that breaks a rule raises :class:`tilewise.InputError` naming it before anything runs.
+Ops that work row by row take leading batch dims (:data:`ROW_DIMS`). Every op has a fake
+implementation (``torch.compile`` with ``fullgraph=True``, ``torch.export``) and the
+differentiable ones a backward: swiglu's is the fused ``swiglu_grad`` kernel, the others are
+their reference formulas in torch.
 
 Modules built on the ops, loadable from the state dicts of their plain PyTorch equivalents:
-:class:`LlamaMLP` (Hugging Face's parameter names) and :class:`LinearGelu` (nn.Linear's).
+:class:`LlamaMLP` (Hugging Face's parameter names) and :class:`LinearGelu` (nn.Linear's); and
+:func:`fuse_conv_bn_act`, which folds an eval-mode ``Conv2d, BatchNorm2d, (Leaky)ReLU`` into one
+:class:`ConvBnAct` (``conv_bias_leakyrelu``).
 
 PyTorch is the ``torch`` extra: ``import tilewise`` does not import it, this module does.
 """
@@ -24,6 +29,7 @@ PyTorch is the ``torch`` extra: ``import tilewise`` does not import it, this mod
 from __future__ import annotations
 
 from tilewise.torch import _grads
+from tilewise.torch._conv import ConvBnAct, fuse_conv_bn_act
 from tilewise.torch._linear import LinearGelu
 from tilewise.torch._mlp import LlamaMLP
 from tilewise.torch._ops import OPERATORS
@@ -32,4 +38,13 @@ from tilewise.torch._shared import current_ops, use_table
 
 _grads.register(OPERATORS)
 
-__all__ = ["OPERATORS", "ROW_DIMS", "LinearGelu", "LlamaMLP", "current_ops", "use_table"]
+__all__ = [
+    "OPERATORS",
+    "ROW_DIMS",
+    "ConvBnAct",
+    "LinearGelu",
+    "LlamaMLP",
+    "current_ops",
+    "fuse_conv_bn_act",
+    "use_table",
+]

@@ -14,7 +14,6 @@ from typing import Any
 import torch
 from torch._library.custom_ops import CustomOpDef
 
-from tilewise.kernels.ops.conv_bias_leakyrelu.spec import ALPHA
 from tilewise.kernels.ops.layernorm_gelu.spec import EPS
 from tilewise.kernels.ops.scale_relu_dropout.spec import scale_keep
 
@@ -28,7 +27,7 @@ def _save(ctx: Any, inputs: tuple[Tensor, ...], output: Any) -> None:
 
 
 def _save_with_attributes(
-    ctx: Any, inputs: tuple[Tensor, ...], keyword_only_inputs: Mapping[str, int], output: Any
+    ctx: Any, inputs: tuple[Tensor, ...], keyword_only_inputs: Mapping[str, Any], output: Any
 ) -> None:
     _save(ctx, inputs, output)
     ctx.attributes = dict(keyword_only_inputs)
@@ -75,8 +74,17 @@ def layernorm_gelu_backward(ctx: Any, dout: Tensor) -> Grads:
 def conv_bias_leakyrelu_backward(ctx: Any, dout: Tensor) -> Grads:
     x, w, bias, out = ctx.saved_tensors
     stride, pad = ctx.attributes["stride"], ctx.attributes["pad"]
-    # LeakyReLU keeps the sign, so the output tells which side of 0 the convolution was on.
-    dz = torch.where(out >= 0, dout, dout * ALPHA)
+    slope = ctx.attributes["negative_slope"]
+    if slope >= 0:
+        # Such a LeakyReLU keeps the sign, so the output tells which side of 0 the
+        # convolution was on (and a ReLU's 0 is its own side, with no gradient, as torch's).
+        z = out
+    else:
+        # A negative slope maps both sides above 0: only the convolution itself tells them apart.
+        z = torch.ops.aten.convolution(
+            x, w, bias, [stride] * 2, [pad] * 2, [1, 1], False, [0, 0], 1
+        )
+    dz = torch.where(z > 0, dout, dout * slope)
     dx, dw, db = torch.ops.aten.convolution_backward(
         dz, x, w, [bias.shape[0]], [stride] * 2, [pad] * 2, [1, 1], False, [0, 0], 1, [True] * 3
     )

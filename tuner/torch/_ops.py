@@ -2,16 +2,19 @@
 ``torch.library`` custom op, with a fake implementation for tracing.
 
 The schema comes from the spec: its inputs in GM order as tensors, its :attr:`~OpSpec.attributes`
-as keyword-only ints, one tensor or a tuple of them out. The CPU implementation hands the
-tensors to :meth:`tilewise.launch.Ops.call` as numpy arrays sharing their memory (a tensor that
-is not contiguous is copied to one that is) and returns the arrays the launch wrote as tensors.
-The fake implementation computes the outputs' shapes from :attr:`OpSpec.layout`, so that
-``torch.compile`` and ``torch.export`` trace through the ops without running them.
+as keyword-only ints and its :attr:`~OpSpec.parameters` as keyword-only floats with their
+defaults, one tensor or a tuple of them out. One implementation serves every device
+and dispatches on the tensors' device type: CPU tensors go to :meth:`tilewise.launch.Ops.call`
+as numpy arrays sharing their memory (a tensor that is not contiguous is copied to one that is)
+and the arrays the launch wrote come back as tensors; NPU tensors (torch_npu) go to the Ascend
+kernels on their device (see :mod:`._npu`). The fake implementation computes the outputs'
+shapes from :attr:`OpSpec.layout`, so that ``torch.compile`` and ``torch.export`` trace through
+the ops without running them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
 import torch
@@ -19,8 +22,9 @@ from torch._library.custom_ops import CustomOpDef
 
 from tilewise.errors import InputError
 from tilewise.kernels.ops import OpSpec, list_ops
+from tilewise.torch._npu import run_on_npu
 from tilewise.torch._rows import Size, fold, unfold
-from tilewise.torch._shared import current_ops
+from tilewise.torch._shared import NPU, current_ops
 from tilewise.types import Shape
 
 #: The kernels' dtypes as torch names them.
@@ -29,6 +33,8 @@ DTYPES: Mapping[torch.dtype, str] = {torch.float32: "float32", torch.float16: "f
 NAMESPACE = "tilewise"
 
 Result = torch.Tensor | tuple[torch.Tensor, ...]
+#: The device types the kernels run on: the twin's and the NPU's.
+DEVICE_TYPES = ("cpu", NPU)
 
 
 def _names(spec: OpSpec, role: str) -> list[str]:
@@ -36,18 +42,21 @@ def _names(spec: OpSpec, role: str) -> list[str]:
 
 
 def schema(spec: OpSpec) -> str:
-    """The op's schema, e.g. ``(Tensor x, Tensor w, Tensor bias, *, int stride, int pad) ->
-    Tensor``."""
+    """The op's schema, e.g. ``(Tensor x, Tensor w, Tensor bias, *, int stride, int pad,
+    float negative_slope=0.1) -> Tensor``."""
     arguments = [f"Tensor {name}" for name in _names(spec, "in")]
-    if spec.attributes:
-        arguments += ["*", *(f"int {name}" for name in spec.attributes)]
+    keywords = [f"int {name}" for name in spec.attributes]
+    keywords += [f"float {p.name}={float(p.default)!r}" for p in spec.parameters]
+    if keywords:
+        arguments += ["*", *keywords]
     outputs = len(_names(spec, "out"))
     returns = "Tensor" if outputs == 1 else f"({', '.join(['Tensor'] * outputs)})"
     return f"({', '.join(arguments)}) -> {returns}"
 
 
 def _bind(spec: OpSpec, tensors: Sequence[torch.Tensor]) -> dict[str, torch.Tensor]:
-    """The inputs by GM name, checked: on the CPU, one supported dtype for all.
+    """The inputs by GM name, checked: on one device the kernels run on (the CPU, or an NPU),
+    one supported dtype for all.
 
     Raises:
         InputError: naming the first tensor that breaks a rule.
@@ -56,9 +65,10 @@ def _bind(spec: OpSpec, tensors: Sequence[torch.Tensor]) -> dict[str, torch.Tens
     supported = [t for t, name in DTYPES.items() if name in spec.dtypes]
     first = ""
     for name, tensor in named.items():
-        if tensor.device.type != "cpu":
+        if tensor.device.type not in DEVICE_TYPES:
             raise InputError(
-                f"{spec.name}: {name} is on {tensor.device}; the kernels run on CPU tensors"
+                f"{spec.name}: {name} is on {tensor.device}; the kernels run on CPU tensors "
+                "(the cpu-twin) and NPU tensors (torch_npu, an Ascend target)"
             )
         if tensor.dtype not in supported:
             raise InputError(
@@ -67,6 +77,11 @@ def _bind(spec: OpSpec, tensors: Sequence[torch.Tensor]) -> dict[str, torch.Tens
             )
         if not first:
             first = name
+        elif tensor.device != named[first].device:
+            raise InputError(
+                f"{spec.name}: {name} is on {tensor.device}, but {first} is on "
+                f"{named[first].device}: every tensor of a call is on the same device"
+            )
         elif tensor.dtype != named[first].dtype:
             raise InputError(
                 f"{spec.name}: {name} has dtype {tensor.dtype}, but {first} has "
@@ -104,8 +119,10 @@ def _output_shapes(
     return {name: tuple(extents[d] for d in spec.layout[name]) for name in outputs}
 
 
-def _fake(spec: OpSpec, tensors: Sequence[torch.Tensor], attributes: Mapping[str, int]) -> Result:
+def _fake(spec: OpSpec, tensors: Sequence[torch.Tensor], keywords: Mapping[str, Any]) -> Result:
     named = _bind(spec, tensors)
+    # The parameters change no output shape; the launch checks them.
+    attributes = {name: keywords[name] for name in spec.attributes}
     folded, lead = fold(spec, {name: tuple(t.shape) for name, t in named.items()})
     like = next(iter(named.values()))
     outputs = tuple(
@@ -115,13 +132,45 @@ def _fake(spec: OpSpec, tensors: Sequence[torch.Tensor], attributes: Mapping[str
     return outputs[0] if len(outputs) == 1 else outputs
 
 
-def _run(spec: OpSpec, tensors: Sequence[torch.Tensor], attributes: Mapping[str, Any]) -> Result:
+#: An implementation of the ops for one device type: (spec, checked inputs, keywords: the
+#: attributes and parameters).
+Runner = Callable[[OpSpec, Mapping[str, torch.Tensor], Mapping[str, Any]], Result]
+
+
+def _run(spec: OpSpec, tensors: Sequence[torch.Tensor], keywords: Mapping[str, Any]) -> Result:
     named = _bind(spec, tensors)
+    return runner(next(iter(named.values())).device.type)(spec, named, keywords)
+
+
+def runner(device_type: str) -> Runner:
+    """The implementation for tensors of ``device_type`` (one :func:`_bind` accepts): the twin
+    through :func:`current_ops` for ``cpu``; for ``npu`` the Ascend kernels through the
+    NPU tensors' Ops (``use_table(..., target=<an Ascend target>)``).
+
+    Raises:
+        InputError: NPU tensors before such a use_table.
+    """
+    if device_type != NPU:
+        return _run_on_cpu
+    ops = current_ops(NPU)
+
+    def on_npu(
+        spec: OpSpec, named: Mapping[str, torch.Tensor], keywords: Mapping[str, Any]
+    ) -> Result:
+        dtype = DTYPES[next(iter(named.values())).dtype]
+        return run_on_npu(spec, named, keywords, dtype=dtype, ops=ops)
+
+    return on_npu
+
+
+def _run_on_cpu(
+    spec: OpSpec, named: Mapping[str, torch.Tensor], keywords: Mapping[str, Any]
+) -> Result:
     folded, lead = fold(spec, {name: tuple(t.shape) for name, t in named.items()})
     # detach: .numpy() refuses a tensor that requires grad; reshape and contiguous copy only
     # what is not contiguous already.
     arrays = [t.detach().reshape(folded[name]).contiguous().numpy() for name, t in named.items()]
-    result = current_ops().call(spec.name, *arrays, **attributes)
+    result = current_ops().call(spec.name, *arrays, **keywords)
     written = result if isinstance(result, tuple) else (result,)
     outputs = tuple(
         torch.from_numpy(array).reshape(unfold(spec, name, array.shape, lead))
@@ -131,15 +180,16 @@ def _run(spec: OpSpec, tensors: Sequence[torch.Tensor], attributes: Mapping[str,
 
 
 def _define(spec: OpSpec) -> CustomOpDef:
-    def run(*tensors: torch.Tensor, **attributes: int) -> Result:
-        return _run(spec, tensors, attributes)
+    def run(*tensors: torch.Tensor, **keywords: Any) -> Result:
+        return _run(spec, tensors, keywords)
 
-    def fake(*tensors: torch.Tensor, **attributes: int) -> Result:
-        return _fake(spec, tensors, attributes)
+    def fake(*tensors: torch.Tensor, **keywords: Any) -> Result:
+        return _fake(spec, tensors, keywords)
 
     run.__name__ = run.__qualname__ = spec.name
     run.__doc__ = spec.summary
-    # No device_types: every device reaches run, which names a tensor not on the CPU.
+    # No device_types: every device reaches run, which dispatches on the device type (CPU,
+    # NPU) and names a tensor on any other.
     op = torch.library.custom_op(
         f"{NAMESPACE}::{spec.name}", run, mutates_args=(), schema=schema(spec)
     )

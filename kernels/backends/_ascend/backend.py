@@ -155,6 +155,28 @@ class AscendBackend(Backend):
         env["LD_LIBRARY_PATH"] = os.pathsep.join(paths)
         return env
 
+    def launch_libraries(self, build: BuildResult) -> tuple[Path, Path]:
+        """The in-process launcher of a successful build (``liblauncher.so``, see the project's
+        ``launcher.cpp``) and the kernel library it loads.
+
+        Raises:
+            BackendError: the build has none (only run mode ``npu`` builds a launcher).
+        """
+        if not build.ok or build.artifact is None:
+            raise ValueError("launch_libraries() needs a successful build")
+        launcher = build.artifact.parent / "liblauncher.so"
+        kernels = [
+            found
+            for directory in (build.artifact.parent, *self._library_dirs(build.artifact))
+            for found in sorted(directory.glob("libkernels*.so"))
+        ]
+        if not launcher.is_file() or not kernels:
+            raise BackendError(
+                f"{build.artifact.parent} has no liblauncher.so and libkernels.so (run mode "
+                f"{self.run_mode}: only run mode npu builds a launcher)"
+            )
+        return launcher, kernels[0]
+
     @staticmethod
     def _library_dirs(artifact: Path) -> list[Path]:
         meta = artifact.parent.parent / "build.json"
@@ -281,7 +303,8 @@ class AscendBackend(Backend):
         return meta
 
     # -- run ---------------------------------------------------------------------------------
-    def _check_run_mode(self) -> None:
+    def check_run_mode(self) -> None:
+        """Raises BackendError naming what this host lacks for the run mode (and msprof)."""
         if self._mode_checked:
             return
         offered = self.toolkit.run_modes(self.soc, dev_root=self.dev_root)
@@ -346,7 +369,7 @@ class AscendBackend(Backend):
             raise ValueError("run() needs a successful build")
         if target.soc != self.soc:
             raise BackendError(f"this backend builds for {self.soc}, asked to run {target.soc}")
-        self._check_run_mode()
+        self.check_run_mode()
         problem = self._problem_for(spec, shape, dtype)
         env = self._run_env(build.artifact)
         timeout = self.settings.run_timeout_s * (2 + measure.warmup) + measure.max_seconds
@@ -408,7 +431,7 @@ class AscendBackend(Backend):
         max_error: float | None,
     ) -> RunResult:
         tool = self.toolkit.tool("msprof", env)
-        assert tool is not None  # _check_run_mode made sure
+        assert tool is not None  # check_run_mode made sure
         with tempfile.TemporaryDirectory(prefix="msprof-") as out:
             command = msprof_csv.op_command(
                 tool,

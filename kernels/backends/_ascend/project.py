@@ -3,8 +3,9 @@
 A project is a directory with the op's kernel file (copied unmodified), ``CMakeLists.txt``
 (``ascendc_library`` with the variant's compile-time defines, and the host runner),
 ``<op>_tiling.h`` (the host's declaration of the tiling struct, checked field by field against
-:meth:`OpSpec.tiling_struct`) and ``host_runner.cpp``. Everything here is a pure function of the
-spec and the defines, so the files are deterministic (no paths, no times) and tests pin them.
+:meth:`OpSpec.tiling_struct`), ``host_runner.cpp`` and ``launcher.cpp`` (the runner's launch as
+a library for the calling process). Everything here is a pure function of the spec and the
+defines, so the files are deterministic (no paths, no times) and tests pin them.
 """
 
 from __future__ import annotations
@@ -106,7 +107,7 @@ def tiling_header(spec: OpSpec) -> str:
     )
 
 
-def host_runner_source(spec: OpSpec) -> str:
+def _launch_source(spec: OpSpec, template: str) -> str:
     unit = Shape({d: 1 for d in spec.dims})
     gm = [
         {"name": arg.name, "role_code": ROLE_CODES[arg.role]}
@@ -114,7 +115,7 @@ def host_runner_source(spec: OpSpec) -> str:
     ]
     return (
         _environment()
-        .get_template("host_runner.cpp.j2")
+        .get_template(template)
         .render(
             entry=spec.entry,
             kernel_file=spec.kernel_file,
@@ -124,6 +125,15 @@ def host_runner_source(spec: OpSpec) -> str:
             mix=spec.mix,
         )
     )
+
+
+def host_runner_source(spec: OpSpec) -> str:
+    return _launch_source(spec, "host_runner.cpp.j2")
+
+
+def launcher_source(spec: OpSpec) -> str:
+    """The in-process launcher (``liblauncher.so``): the host runner's launch as a C ABI."""
+    return _launch_source(spec, "launcher.cpp.j2")
 
 
 def cmake_lists(spec: OpSpec, defines: Mapping[str, str]) -> str:
@@ -143,6 +153,7 @@ def project_files(spec: OpSpec, defines: Mapping[str, str]) -> dict[str, str]:
         "CMakeLists.txt": cmake_lists(spec, defines),
         tiling_header_name(spec): tiling_header(spec),
         "host_runner.cpp": host_runner_source(spec),
+        "launcher.cpp": launcher_source(spec),
     }
 
 

@@ -1,4 +1,7 @@
-"""conv_bias_leakyrelu: Out = LeakyReLU_0.1(Conv2D(X, W, stride, pad) + b), NCHW, im2col + Matmul.
+"""conv_bias_leakyrelu: Out = LeakyReLU_a(Conv2D(X, W, stride, pad) + b), NCHW, im2col + Matmul.
+
+The slope a is the parameter ``negative_slope`` (0.1 unless given; 0 makes the epilogue a
+ReLU): the tiling struct's ``alpha``, filled at launch, so one tiling serves every slope.
 
 Per image, ``out[n]`` (K × OH·OW) is ``W`` (K × C·R·S, the weight as stored) times ``col[n]``
 (C·R·S × OH·OW), which is already NCHW. Each block owns a range of ``singleCoreN`` output pixels
@@ -32,6 +35,7 @@ from tilewise.kernels.ops._base import (
     Buffer,
     GmArg,
     OpSpec,
+    Parameter,
     StructField,
     Traffic,
     Tunable,
@@ -45,6 +49,7 @@ from tilewise.kernels.ops._matmul_common import CORE_SPLITS
 from tilewise.kernels.targets import TargetProfile
 from tilewise.types import Shape, Tiling
 
+#: The default of ``negative_slope``.
 ALPHA = 0.1
 COL_TILES = (16, 32, 64, 128, 256, 512)
 ZERO_SLOT = 16
@@ -89,6 +94,9 @@ class ConvBiasLeakyRelu(OpSpec):
         "out": ("N", "K", "OH", "OW"),
     }
     attributes = ("stride", "pad")
+    parameters = (
+        Parameter("negative_slope", ALPHA, "alpha", "LeakyReLU's slope below 0; 0 is a ReLU"),
+    )
     mix = True
 
     def validate_shape(self, shape: Mapping[str, int], *, max_elements: int | None = None) -> Shape:
@@ -266,14 +274,20 @@ class ConvBiasLeakyRelu(OpSpec):
         }
 
     def reference(
-        self, inputs: Mapping[str, np.ndarray], shape: Shape, dtype: str
+        self,
+        inputs: Mapping[str, np.ndarray],
+        shape: Shape,
+        dtype: str,
+        *,
+        negative_slope: float = ALPHA,
     ) -> dict[str, np.ndarray]:
         n, c, k = shape["N"], shape["C"], shape["K"]
         x = inputs["x"].astype(np.float64).reshape(n, c, shape["H"], shape["W"])
         w = inputs["w"].astype(np.float64).reshape(k, c, shape["R"], shape["S"])
         y = conv2d(x, w, shape["stride"], shape["pad"])
         y = y + inputs["bias"].astype(np.float64)[None, :, None, None]
-        return {"out": np.where(y >= 0, y, ALPHA * y).astype(NUMPY_DTYPES[dtype])}
+        slope = float(np.float32(negative_slope))  # as the kernel's float field holds it
+        return {"out": np.where(y >= 0, y, slope * y).astype(NUMPY_DTYPES[dtype])}
 
     def tolerance(self, dtype: str, shape: Shape) -> tuple[float, float]:
         return (1e-3, 1e-3) if dtype == "float32" else (2e-2, 2e-2)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
 import itertools
+import struct
 
 import numpy as np
 import pytest
@@ -236,6 +238,75 @@ def test_struct_packs_four_bytes_per_field(spec) -> None:  # type: ignore[no-unt
     assert len({f.name for f in fields}) == len(fields)
 
 
+@pytest.mark.parametrize("spec", list_ops(), ids=lambda s: s.name)
+def test_each_parameter_is_a_float_field_of_the_struct_and_a_keyword_of_the_reference(
+    spec,  # type: ignore[no-untyped-def]
+) -> None:
+    target = twin_target()
+    shape = spec.example_shapes()[0]
+    tiling = spec.default_tiling(shape, "float32", target)
+    fields = {f.name: f for f in spec.tiling_struct(tiling, shape, "float32", target)}
+    reference = inspect.signature(spec.reference).parameters
+    for parameter in spec.parameters:
+        assert parameter.name not in (*spec.dims, *spec.roles), parameter.name
+        assert fields[parameter.field].code == "f", parameter.field
+        assert fields[parameter.field].value == parameter.default
+        assert reference[parameter.name].kind is inspect.Parameter.KEYWORD_ONLY
+        assert reference[parameter.name].default == parameter.default
+
+
+def test_a_parameter_is_packed_into_its_field_and_the_reference_uses_it() -> None:
+    spec, target = get_op("conv_bias_leakyrelu"), twin_target()
+    shape = spec.example_shapes()[1]
+    tiling = spec.default_tiling(shape, "float32", target)
+    names = [f.name for f in spec.tiling_struct(tiling, shape, "float32", target)]
+    at = 4 * names.index("alpha")
+
+    def alpha(**parameters: object) -> float:
+        packed = spec.pack_tiling(tiling, shape, "float32", target, parameters)
+        value: float = struct.unpack_from("<f", packed, at)[0]
+        return value
+
+    assert alpha() == np.float32(0.1)
+    assert alpha(negative_slope=0.0) == 0.0
+    assert alpha(negative_slope=np.float16(0.25)) == 0.25
+    with_default = spec.pack_tiling(tiling, shape, "float32", target)
+    zero = spec.pack_tiling(tiling, shape, "float32", target, {"negative_slope": 0})
+    assert with_default[:at] == zero[:at] and with_default[at + 4 :] == zero[at + 4 :]
+    inputs = spec.make_inputs(shape, "float32", np.random.default_rng(3))
+    leaky = spec.reference(inputs, shape, "float32")["out"]
+    relu = spec.reference(inputs, shape, "float32", negative_slope=0.0)["out"]
+    assert (leaky < 0).any()
+    np.testing.assert_array_equal(relu, np.maximum(leaky, 0))
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ({"slope": 0.0}, "unknown parameter slope; parameters: negative_slope"),
+        ({"negative_slope": True}, "negative_slope must be a real number, got True"),
+        ({"negative_slope": "0.1"}, "negative_slope must be a real number, got '0.1'"),
+        ({"negative_slope": None}, "negative_slope must be a real number, got None"),
+        ({"negative_slope": 1j}, "negative_slope must be a real number, got 1j"),
+        ({"negative_slope": float("nan")}, "negative_slope must be finite"),
+        ({"negative_slope": float("-inf")}, "negative_slope must be finite"),
+        ({"negative_slope": 1e39}, "within float32's range"),
+    ],
+)
+def test_bad_parameters_are_input_errors(given: dict[str, object], message: str) -> None:
+    spec = get_op("conv_bias_leakyrelu")
+    with pytest.raises(InputError, match=message):
+        spec.bind_parameters(given)
+
+
+def test_an_op_without_parameters_takes_none() -> None:
+    lag = get_op("linear_add_gelu")
+    assert lag.parameters == () and lag.bind_parameters({}) == {}
+    with pytest.raises(InputError, match="unknown parameter negative_slope; parameters: none"):
+        lag.bind_parameters({"negative_slope": 0.0})
+    assert get_op("conv_bias_leakyrelu").bind_parameters({}) == {"negative_slope": 0.1}
+
+
 @pytest.mark.parametrize("op", sorted(SHAPES))
 def test_layout_reads_back_each_shape(op: str) -> None:
     """The arrays a caller passes hold each GM argument's elements, and the shape read from
@@ -268,6 +339,10 @@ def test_shape_of_names_the_argument_and_the_rule() -> None:
     images = {"x": (1, 3, 7, 7), "w": (5, 3, 3, 3), "bias": (5,)}
     with pytest.raises(InputError, match="missing keyword pad"):
         conv.shape_of(images, {"stride": 1})
+    with pytest.raises(
+        InputError, match="unknown keyword dilation; attributes: stride, pad; parameters: negative"
+    ):
+        conv.shape_of(images, {"stride": 1, "pad": 0, "dilation": 1})
     shape = conv.shape_of(images, {"stride": 2, "pad": 1})
     assert conv.array_shapes(shape)["out"] == (1, 5, 4, 4)
 

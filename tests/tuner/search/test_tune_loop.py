@@ -171,5 +171,6 @@ def test_the_backends_prior_tilings_are_measured_first(settings: Settings) -> No
     backend = WithPriors(lambda tiling: float(tiling["tileLength"]))
     make_tuner(db, backend, settings).run(Budget(6), seed=0)
     first = list(backend.checked)[:4]
-    assert first == [t.key() for t in priors[:3]] + [default.key()]  # at most 3, then the default
+    # The default first (a small budget must still measure it), then at most 3 priors.
+    assert first == [default.key()] + [t.key() for t in priors[:3]]
     db.close()

@@ -63,9 +63,11 @@ def _finish(
     backend: ScriptedBackend,
     *,
     top: int = 2,
+    searched: Sequence[Tiling] | None = None,
 ) -> tuple[Any, Any, store.Store, int]:
-    """Evaluate every tiling of ``backend.search`` as the search would, then finish with a new
-    tuner on the same database (as a resumed worker does); the result, the store, the id."""
+    """Evaluate the ``searched`` tilings (default: every tiling of ``backend.search``) as the
+    search would, then finish with a new tuner on the same database (as a resumed worker
+    does); the result, the store, the id."""
     settings = Settings(
         db_url=f"sqlite:///{tmp_path / 'db' / 'tw.db'}", cache_dir=tmp_path / "c", remeasure_top=top
     )
@@ -78,7 +80,7 @@ def _finish(
         )  # fmt: skip
 
     searching = tuner()
-    for tiling in backend.search:
+    for tiling in backend.search if searched is None else searched:
         source = "default" if tiling == DEFAULT else "search"
         searching.evaluate(tiling, source=source, progress=Progress(budget=10))
     finishing = tuner()
@@ -195,6 +197,59 @@ def test_when_the_default_itself_failed_the_best_is_stored_without_a_speedup(
     assert Tiling(stored.tiling) == A
     assert (stored.latency_us, stored.default_latency_us, stored.speedup) == (45.0, None, None)
     db.close()
+
+
+def test_a_default_the_search_never_reached_is_evaluated_and_remeasured(tmp_path: Path) -> None:
+    """Warm-start tilings filled the budget: the default is checked and measured at the end
+    (one evaluation beyond the budget), so the stored winner has a speedup."""
+    backend = ScriptedBackend(
+        search={DEFAULT: 100.0, A: 50.0, B: 60.0},
+        remeasure={DEFAULT: _spread(100.0), A: _spread(50.0), B: _spread(60.0)},
+    )
+    best, default, db, wid = _finish(tmp_path, backend, searched=[A, B])
+    assert backend.checked[DEFAULT.key()] == 1  # verified against the reference, as any tiling
+    assert best.tiling == A and default.latency_us == 100.0
+    stored = _stored(db, wid)
+    assert (stored.latency_us, stored.default_latency_us, stored.speedup) == (50.0, 100.0, 2.0)
+    db.close()
+
+
+def _rerun(tmp_path: Path, first: ScriptedBackend, second: ScriptedBackend) -> tuple[Any, Any]:
+    """Two runs on one database: the second's winner, and what is stored after it."""
+    _, _, db, _ = _finish(tmp_path, first)
+    db.close()
+    best, _, db, wid = _finish(tmp_path, second)
+    stored = _stored(db, wid)
+    db.close()
+    return best, stored
+
+
+def test_a_later_run_keeps_the_stored_winner_unless_it_beats_it(tmp_path: Path) -> None:
+    """A was stored; the next run's re-measure puts B a hair ahead of A, within the noise:
+    A stays (re-measured), instead of a winner that flips with every run."""
+    first = ScriptedBackend(
+        search={DEFAULT: 100.0, A: 50.0}, remeasure={DEFAULT: _spread(100.0), A: _spread(50.0)}
+    )
+    second = ScriptedBackend(
+        search={DEFAULT: 100.0, A: 50.0, B: 49.0},
+        remeasure={DEFAULT: _spread(100.0), A: _spread(50.0), B: _spread(49.8)},
+    )
+    best, stored = _rerun(tmp_path, first, second)
+    assert best.tiling == A and Tiling(stored.tiling) == A
+    assert second.unchecked[A.key()] >= 3  # A was re-measured beside B, not taken on trust
+
+
+def test_a_later_run_replaces_the_stored_winner_when_it_beats_it(tmp_path: Path) -> None:
+    first = ScriptedBackend(
+        search={DEFAULT: 100.0, A: 50.0}, remeasure={DEFAULT: _spread(100.0), A: _spread(50.0)}
+    )
+    second = ScriptedBackend(
+        search={DEFAULT: 100.0, A: 50.0, B: 30.0},
+        remeasure={DEFAULT: _spread(100.0), A: _spread(50.0), B: _spread(30.0)},
+    )
+    best, stored = _rerun(tmp_path, first, second)
+    assert best.tiling == B and Tiling(stored.tiling) == B
+    assert (stored.latency_us, stored.default_latency_us) == (30.0, 100.0)
 
 
 def test_nothing_is_stored_when_no_tiling_ran(tmp_path: Path) -> None:

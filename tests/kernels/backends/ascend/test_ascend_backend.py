@@ -90,6 +90,33 @@ def test_build_then_run_checked(backend: AscendBackend) -> None:
     assert result.max_error == 0.0
 
 
+@pytest.mark.slow
+def test_the_twin_backed_fake_runs_the_kernel_file_itself(tmp_path: Path, npu: None) -> None:
+    """With make_toolkit(kernels="twin") the kernel library is the op's own Ascend C file on
+    the CPU twin: a MIX (matmul) op in float16 comes back right, and a tiling the twin cannot
+    fit in UB faults at the stream's synchronisation, as on a device."""
+    home = make_toolkit(tmp_path / "Twin", functional=True, kernels="twin")
+    lag, shape = get_op("linear_add_gelu"), Shape({"M": 37, "N": 96, "K": 80})
+    with make_backend(home, tmp_path) as backend:
+        tiling = lag.default_tiling(shape, "float16", TARGET)
+        built = backend.build(lag, lag.compile_key(tiling, "float16"))
+        assert built.ok, built.error
+        run = {"shape": shape, "dtype": "float16", "target": TARGET, "measure": ONCE}
+        result = backend.run(built, lag, tiling=tiling, check=True, **run)  # type: ignore[arg-type]
+        assert result.status == "ok" and result.max_error is not None, result.error
+        big = SPEC.default_tiling(SHAPE, "float32", TARGET).replace(tileLength=16384)
+        assert not SPEC.valid(big, SHAPE, "float32", TARGET)
+        built = backend.build(SPEC, SPEC.compile_key(big, "float32"))
+        failed = backend.run(
+            built, SPEC, shape=SHAPE, dtype="float32", target=TARGET, tiling=big, check=True,
+            measure=ONCE,
+        )  # fmt: skip
+    assert failed.status == "crashed"
+    assert failed.error is not None
+    assert failed.error.startswith("aclrtSynchronizeStream failed: aclError 507015: block 0:")
+    assert "UB overflow" in failed.error and "ACL_ERROR_RT_AICORE_EXCEPTION" in failed.error
+
+
 def test_wrong_answer(
     fake_home: Path, tmp_path: Path, npu: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -48,7 +48,7 @@ def generated(op: str) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("op", OPS)
-@pytest.mark.parametrize("name", ["CMakeLists.txt", "host_runner.cpp", "tiling.h"])
+@pytest.mark.parametrize("name", ["CMakeLists.txt", "host_runner.cpp", "launcher.cpp", "tiling.h"])
 def test_golden(op: str, name: str) -> None:
     files = generated(op)
     key = f"{op}_tiling.h" if name == "tiling.h" else name
@@ -99,6 +99,7 @@ def test_write_project_copies_the_kernel_unmodified(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "CMakeLists.txt",
         "host_runner.cpp",
+        "launcher.cpp",
         "scale_relu_dropout.cpp",
         "scale_relu_dropout_tiling.h",
     ]
@@ -236,7 +237,7 @@ def test_matmul_ops_get_the_system_workspace() -> None:
 
 @pytest.mark.skipif(GXX is None, reason="needs g++")
 @pytest.mark.parametrize("op", sorted(OPS_REGISTRY))
-def test_every_op_generates_a_compilable_runner(op: str, tmp_path: Path) -> None:
+def test_every_op_generates_a_compilable_runner_and_launcher(op: str, tmp_path: Path) -> None:
     """Every registered op, with a launch header shaped like the one ascendc_library writes."""
     spec = get_op(op)
     write_project(spec, float32_defines(spec), tmp_path)
@@ -248,7 +249,11 @@ def test_every_op_generates_a_compilable_runner(op: str, tmp_path: Path) -> None
         f"{params}, {spec.tiling_type} tiling);\n"
     )
     flags = ["-std=c++17", "-fsyntax-only", "-Wall", "-Wextra", "-Werror"]
-    for mode in ([], ["-DTILEWISE_CPU_MODE"]):
+    for source, mode in (
+        ("host_runner.cpp", []),
+        ("host_runner.cpp", ["-DTILEWISE_CPU_MODE"]),
+        ("launcher.cpp", []),
+    ):
         done = subprocess.run(
             [
                 str(GXX),
@@ -256,10 +261,10 @@ def test_every_op_generates_a_compilable_runner(op: str, tmp_path: Path) -> None
                 f"-I{tmp_path}",
                 f"-I{STUB}",
                 *mode,
-                str(tmp_path / "host_runner.cpp"),
+                str(tmp_path / source),
             ],
             capture_output=True,
             text=True,
             check=False,
         )
-        assert done.returncode == 0, done.stderr
+        assert done.returncode == 0, f"{source} {mode}: {done.stderr}"

@@ -1,13 +1,17 @@
 // Fake ACL for tests: device memory is host memory, events are host clock readings.
-// FAKE_ACL_SYNC_ERROR=<code> makes aclrtSynchronizeStream fail with that aclError.
+// FAKE_ACL_SYNC_ERROR=<code> makes aclrtSynchronizeStream fail with that aclError, and so does a
+// kernel that called fake_acl_fail (the twin-backed fake kernels), once.
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "acl/acl.h"
 
 namespace {
 const char* g_recent = nullptr;
+aclError g_pending = ACL_SUCCESS;
+std::string g_message;
 }
 
 extern "C" {
@@ -22,8 +26,19 @@ aclError aclrtCreateStream(aclrtStream* stream)
     return ACL_SUCCESS;
 }
 aclError aclrtDestroyStream(aclrtStream) { return ACL_SUCCESS; }
+void fake_acl_fail(aclError code, const char* message)
+{
+    g_message = message;
+    g_recent = g_message.c_str();
+    g_pending = code;
+}
 aclError aclrtSynchronizeStream(aclrtStream)
 {
+    if (g_pending != ACL_SUCCESS) {
+        aclError code = g_pending;
+        g_pending = ACL_SUCCESS;
+        return code;
+    }
     const char* code = std::getenv("FAKE_ACL_SYNC_ERROR");
     if (code != nullptr && *code != '\0') {
         g_recent = "EZ9999: Inner Error! the ub address out of bounds (fake)";

@@ -1,0 +1,72 @@
+"""`tilewise tune` across runs and interruptions: what it says it continued and what it kept."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests_support import tilewise
+
+SHAPE = "N=4096"
+
+
+def _count(db: Path, table: str) -> int:
+    if not db.exists():
+        return 0
+    with sqlite3.connect(db) as conn:
+        try:
+            return int(conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
+        except sqlite3.OperationalError:  # the schema is not there yet
+            return 0
+
+
+def test_a_second_tune_says_it_continues_the_study(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'tw.db'}"
+    args = ("tune", "scale_relu_dropout", "--shape", SHAPE, "--budget", "3", "--seed", "1")
+    first = tilewise(*args, "--json", tmp_path=tmp_path, db=url)
+    assert first.returncode == 0, first.stderr
+    assert json.loads(first.stdout)["earlier_evaluations"] == 0
+    second = tilewise(*args, tmp_path=tmp_path, db=url)
+    assert second.returncode == 0, second.stderr
+    measured = _count(tmp_path / "tw.db", "tw_records WHERE source != 'remeasure'")
+    assert "continuing the study of this workload" in second.stderr
+    said = int(second.stderr.split("workload: ")[1].split()[0])
+    assert 3 <= said <= measured
+    third = tilewise(*args, "--json", tmp_path=tmp_path, db=url)
+    assert json.loads(third.stdout)["earlier_evaluations"] > said
+
+
+def test_ctrl_c_stops_after_the_evaluation_in_flight_and_says_what_was_kept(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "tw.db"
+    env = dict(
+        os.environ,
+        TILEWISE_CACHE_DIR=str(tmp_path / "cache"),
+        HOME=str(tmp_path),
+        XDG_DATA_HOME=str(tmp_path / "data"),
+    )
+    cmd = [sys.executable, "-m", "tilewise.cli", "tune", "scale_relu_dropout", "--shape", SHAPE]
+    cmd += ["--budget", "500", "--db", f"sqlite:///{db}"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while _count(db, "tw_records") < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _count(db, "tw_records") >= 2, "the tune made no records in 120 s"
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, stderr
+    assert "stopping after the evaluation in flight" in stderr
+    assert "interrupted: the" in stderr and "no winner is stored" in stderr
+    assert "Traceback" not in stderr
+    kept = _count(db, "tw_records")
+    assert kept >= 2 and _count(db, "tw_tilings") == 0

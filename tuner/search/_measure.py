@@ -1,0 +1,160 @@
+"""One tiling on the target, as the tuner tries it: static check, build, run, measure.
+
+The cheap checks run first, so a tiling that cannot work costs neither a compile nor a launch:
+
+1. static check — footprint per memory against the target, the op's validity rules, refined by
+   the backend (``Backend.refine_check``);
+2. build — the compile-time part only (cached); spills in loops and the stack frame;
+3. run — the first launch is checked against the numpy reference;
+4. measure — warm-up, repeats, median and spread.
+
+:class:`Measurer` does this and keeps nothing; the tuner's :class:`~tilewise.search._evaluate.
+Evaluator` records each :class:`Attempt`, and ``tilewise check --run`` prints one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from tilewise.kernels.backends import Backend, BuildLimits, BuildResult, MeasureOptions, RunResult
+from tilewise.kernels.ops import Check, OpSpec
+from tilewise.kernels.targets import TargetProfile
+from tilewise.settings import Settings
+from tilewise.store import RecordStatus
+from tilewise.types import Shape, Tiling
+
+#: Where an attempt ended: refused by the static check, at the build (failed, or over the
+#: limits on spills and stack), or launched.
+Stage = Literal["static", "build", "run"]
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """What one tiling did: the stage it reached, its status, and for a run that went well its
+    measurement (``run``: median and spread of the samples)."""
+
+    stage: Stage
+    status: RecordStatus
+    check: Check
+    build: BuildResult | None = None
+    run: RunResult | None = None
+    error: str | None = None
+    #: The violated constraints (> 0) of a tiling that did not run, for the search's sampler.
+    constraints: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def latency_us(self) -> float | None:
+        return self.run.median_us if self.run is not None and self.run.ok else None
+
+
+class Measurer:
+    """Tries tilings of one workload on one backend, with the settings' measurement options
+    (warm-up, repeats, time cap) and build limits (spills, stack). Builds are asked of the
+    backend once per compile-time variant."""
+
+    def __init__(
+        self,
+        *,
+        spec: OpSpec,
+        shape: Shape,
+        dtype: str,
+        target: TargetProfile,
+        backend: Backend,
+        settings: Settings,
+    ) -> None:
+        self.spec, self.shape, self.dtype, self.target = spec, shape, dtype, target
+        self.backend, self.settings = backend, settings
+        self.measure = MeasureOptions(
+            settings.warmup, settings.repeats, settings.max_measure_s, settings.warmup_s
+        )
+        self.limits = BuildLimits(settings.max_loop_spills, settings.max_stack_bytes)
+        self._builds: dict[str, BuildResult] = {}
+
+    def build(self, tiling: Tiling) -> BuildResult:
+        """The build of ``tiling``'s compile-time part, asked of the backend once per variant."""
+        defines = self.spec.compile_key(tiling, self.dtype)
+        key = repr(sorted(defines.items()))
+        if key not in self._builds:
+            self._builds[key] = self.backend.build(self.spec, defines)
+        return self._builds[key]
+
+    def all_variants_rejected(self) -> bool:
+        """Whether every compile-time variant of the op failed its build or its build checks."""
+        variants = 1
+        for tunable in self.spec.compile_tunables:
+            variants *= len(tunable.values)
+        rejected = [
+            b
+            for b in self._builds.values()
+            if not b.ok or any(v > 0 for v in b.violations(self.limits).values())
+        ]
+        return len(rejected) >= variants
+
+    def launch(
+        self, build: BuildResult, tiling: Tiling, *, check: bool, measure: MeasureOptions
+    ) -> RunResult:
+        return self.backend.run(
+            build,
+            self.spec,
+            shape=self.shape,
+            dtype=self.dtype,
+            target=self.target,
+            tiling=tiling,
+            check=check,
+            measure=measure,
+        )
+
+    def static_check(self, tiling: Tiling) -> Check:
+        """The op's checks, refined by the backend (``Backend.refine_check``: on Ascend targets
+        with ``ub_check=compiler``, bishengir-compile's UB verdict on the kernel's buffer plan
+        instead of the analytic footprint)."""
+        check = self.spec.check(tiling, self.shape, self.dtype, self.target)
+        return self.backend.refine_check(
+            self.spec, tiling, self.shape, self.dtype, self.target, check
+        )
+
+    def attempt(self, tiling: Tiling) -> Attempt:
+        """Check, build, run (checked against the reference) and measure ``tiling``, stopping
+        at the first stage it fails."""
+        check = self.static_check(tiling)
+        if not check.valid:
+            bad = {k: v for k, v in check.constraints.items() if v > 0}
+            return Attempt(
+                "static",
+                RecordStatus.INFEASIBLE,
+                check,
+                error="; ".join(check.reasons),
+                constraints=bad,
+            )
+        build = self.build(tiling)
+        if not build.ok:
+            return Attempt(
+                "build",
+                RecordStatus.BUILD_FAILED,
+                check,
+                build,
+                error=build.error,
+                constraints={"build": 1.0},
+            )
+        over = {k: v for k, v in build.violations(self.limits).items() if v > 0}
+        if over:
+            reason = (
+                f"{build.spills} spills in loops (max {self.limits.max_loop_spills}), "
+                f"stack {build.stack_bytes} B (max {self.limits.max_stack_bytes})"
+            )
+            return Attempt(
+                "build", RecordStatus.INFEASIBLE, check, build, error=reason, constraints=over
+            )
+        run = self.launch(build, tiling, check=True, measure=self.measure)
+        if not run.ok:
+            return Attempt(
+                "run",
+                run.status,
+                check,
+                build,
+                run,
+                error=run.error,
+                constraints={run.status: 1.0},
+            )
+        return Attempt("run", RecordStatus.OK, check, build, run)
