@@ -5,6 +5,8 @@ done, and the table written at the end."""
 from __future__ import annotations
 
 import json
+import signal
+import sqlite3
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -234,3 +236,45 @@ def test_submit_wait_follows_the_batch_and_writes_the_header_despite_a_failure(
     assert "Tiling table of scale_relu_dropout" in text and "2 entries" in text, text[:600]
     assert f"wrote the header table of {OP} to {header}" in done.stderr
     assert not [p for p in header.parent.iterdir() if p.name != header.name]  # no temp file
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_tune_set_after_the_evaluation_in_flight(
+    tmp_path: Path, twin_cache: Path
+) -> None:
+    """The first Ctrl-C: the workload being tuned stops after its evaluation in flight (its
+    records kept, no winner stored), the next ones are not started, the summary says so."""
+    db = tmp_path / "tw.db"
+    path = write(tmp_path / "m.json", {"budget": 500, "workloads": [
+        {"op": OP, "shapes": [{"N": 4096, "weight": 2}, {"N": 8192}]}]})  # fmt: skip
+
+    def records() -> int:
+        if not db.exists():
+            return 0
+        with sqlite3.connect(db) as conn:
+            try:
+                return int(conn.execute("SELECT count(*) FROM tw_records").fetchone()[0])
+            except sqlite3.OperationalError:
+                return 0
+
+    env = service_env(twin_cache, REPEATS=3)
+    env.update(COLUMNS="200")
+    proc = subprocess.Popen(
+        cli("tune-set", str(path), "--json", "--db", f"sqlite:///{db}"),
+        env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        wait_for(lambda: records() >= 2, 120, "two records of the first workload")
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, stderr
+    assert "stopping after the evaluation in flight" in stderr and "Traceback" not in stderr
+    rows = {r["shape"]: r for r in json.loads(stdout)["workloads"]}
+    assert rows["N=4096"]["status"] == "stopped" and rows["N=4096"]["evaluations"] >= 2
+    assert "kept" in rows["N=4096"]["error"]
+    assert rows["N=8192"]["status"] == "queued" and rows["N=8192"]["evaluations"] == 0
+    assert "interrupted: 2 workload(s) not tuned" in stderr
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT count(*) FROM tw_tilings").fetchone()[0] == 0

@@ -8,8 +8,11 @@ that their commands are registered on :data:`app`.
 from __future__ import annotations
 
 import os
+import signal
 import tempfile
-from collections.abc import Callable, Iterable
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
@@ -256,3 +259,26 @@ def report_failures(rows: list[dict[str, Any]]) -> int:
 
 def _us(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
+
+
+@contextmanager
+def first_interrupt() -> Iterator[threading.Event]:
+    """The first Ctrl-C sets the event (the tune stops after the evaluation in flight, keeping
+    every record); a second one interrupts at once."""
+    hit = threading.Event()
+
+    def on_sigint(signum: int, frame: object) -> None:
+        if hit.is_set():
+            raise KeyboardInterrupt
+        hit.set()
+        err.print("stopping after the evaluation in flight (Ctrl-C again to abort at once)")
+
+    try:
+        previous = signal.signal(signal.SIGINT, on_sigint)
+    except ValueError:  # not the main thread: no handler of ours
+        yield hit
+        return
+    try:
+        yield hit
+    finally:
+        signal.signal(signal.SIGINT, previous)

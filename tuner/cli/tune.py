@@ -6,10 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import signal
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Annotated, Any
 
 import typer
@@ -25,6 +21,7 @@ from tilewise.cli._common import (
     check_seed,
     err,
     fail,
+    first_interrupt,
     out,
     settings_for,
     workload_request,
@@ -124,7 +121,7 @@ def tune(
                 f"continuing the study of this workload: {earlier} tilings evaluated by earlier "
                 "runs are not measured again"
             )
-        with Progress(*columns, console=err, transient=as_json) as bar, _first_interrupt() as hit:
+        with Progress(*columns, console=err, transient=as_json) as bar, first_interrupt() as hit:
             task = bar.add_task(f"tuning {spec.name} {parsed}", total=budget, info="")
 
             def show(p):  # type: ignore[no-untyped-def]
@@ -196,29 +193,6 @@ def tune(
             f"the strategy proposed only tilings that pass the static check: it screened out "
             f"{p.screened_out:,} of {p.screened:,} candidates (UB/L1/L0 limits, rules) uncompiled"
         )
-
-
-@contextmanager
-def _first_interrupt() -> Iterator[threading.Event]:
-    """The first Ctrl-C sets the event (the tune stops after the evaluation in flight, keeping
-    every record); a second one interrupts at once."""
-    hit = threading.Event()
-
-    def on_sigint(signum: int, frame: object) -> None:
-        if hit.is_set():
-            raise KeyboardInterrupt
-        hit.set()
-        err.print("stopping after the evaluation in flight (Ctrl-C again to abort at once)")
-
-    try:
-        previous = signal.signal(signal.SIGINT, on_sigint)
-    except ValueError:  # not the main thread: no handler of ours
-        yield hit
-        return
-    try:
-        yield hit
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 def _tune_predict(

@@ -3,8 +3,9 @@
 Workloads tuned already are skipped (unless ``--force``); the others are tuned heaviest weight
 first, each with its budget (:mod:`tilewise.manifest`), and stored as ``tilewise tune`` stores
 them. A workload that fails (no tiling ran, its target's backend is missing) is reported with
-its reason and the others go on; the exit code is then 1. Ctrl-C stops at once: what was tuned
-is kept, and the summary says what was not.
+its reason and the others go on; the exit code is then 1. A first Ctrl-C stops after the
+evaluation in flight (as ``tilewise tune`` does), the summary says what was tuned and what was
+not, and the exit code is 130; a second one stops at once.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from tilewise.cli._common import (
     check_seed,
     err,
     fail,
+    first_interrupt,
     out,
     print_table,
     report_failures,
@@ -124,8 +126,8 @@ def tune_set(
     _print(title, rows, as_json=as_json, seconds=time.monotonic() - started)
     failed = report_failures([r.to_dict() for r in rows])
     if interrupted:
-        left = sum(1 for r in rows if r.status == "queued")
-        err.print(f"interrupted: {left} workload(s) not tuned; the others are stored")
+        left = sum(1 for r in rows if r.status in ("queued", "stopped"))
+        err.print(f"interrupted: {left} workload(s) not tuned; the tuned ones are stored")
         raise typer.Exit(130)
     if failed:
         raise typer.Exit(1)
@@ -167,10 +169,12 @@ def _tune_all(
     order = sorted(todo, key=lambda r: -r.entry.weight)  # stable: manifest order among equals
     total = sum(r.budget or 0 for r in order)
     try:
-        with Progress(*columns, console=err) as bar:
+        with Progress(*columns, console=err) as bar, first_interrupt() as hit:
             overall = bar.add_task("manifest", total=total, info=f"0 of {len(order)} workloads")
             done_evals = 0
             for n, row in enumerate(order):
+                if hit.is_set():
+                    break
                 asked = row.entry.request
                 target = asked.target
                 if target.name not in backends:
@@ -206,7 +210,7 @@ def _tune_all(
                         db=db,
                         settings=settings,
                         strategy=strategy,
-                    ).run(Budget(row.budget), seed=seed, on_progress=show)
+                    ).run(Budget(row.budget), seed=seed, on_progress=show, should_stop=hit.is_set)
                 except TilewiseError as exc:
                     row.status, row.error = "failed", str(exc)
                 else:
@@ -215,18 +219,25 @@ def _tune_all(
                     bar.remove_task(current)
                 done_evals += row.budget
                 bar.update(overall, completed=done_evals, info=f"{n + 1} of {len(order)} workloads")
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # the second Ctrl-C
         return True
     finally:
         for backend in backends.values():
             if not isinstance(backend, TilewiseError):
                 backend.close()
-    return False
+    return hit.is_set()
 
 
 def _settle(row: _Row, result: Any) -> None:
     p = result.progress
     row.evaluations = p.evaluations
+    if result.stopped:
+        row.status = "stopped"
+        row.error = (
+            f"interrupted: its {p.evaluations} evaluations are kept (the next run continues"
+            " from them); nothing was re-measured or stored as its winner"
+        )
+        return
     if result.best is None:
         row.status = "failed"
         row.error = (
