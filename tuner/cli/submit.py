@@ -102,8 +102,9 @@ def submit(
         batch = _follow(client, batch, poll=poll)
         text = None if path is None else _table(client, ops, export or "json")
     rows = [_row(item) for item in batch["workloads"]]
-    for row, entry in zip(rows, entries, strict=True):
-        row["where"] = entry.where
+    if len(rows) == len(entries):  # the service lists them as the manifest's entries
+        for row, entry in zip(rows, entries, strict=True):
+            row["where"] = entry.where
     if as_json:
         print(json.dumps(batch))
     else:
