@@ -20,7 +20,7 @@ PUBLIC = {
         "__version__",
         "load_ops",
     },
-    "tilewise.runtime": {"Answer", "Source", "TilingTable"},
+    "tilewise.runtime": {"Answer", "Rule", "Source", "TilingTable"},
     "tilewise.launch": {"Choice", "Ops", "load_ops"},
     "tilewise.torch": {
         "OPERATORS",
@@ -31,8 +31,12 @@ PUBLIC = {
         "use_table",
     },
     "tilewise.kernels.ops": {
+        "CARRY_C_HELPERS",
         "OPS",
+        "Bound",
         "Buffer",
+        "Carry",
+        "CarryRules",
         "Check",
         "Footprint",
         "GmArg",

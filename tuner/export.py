@@ -5,24 +5,33 @@ writes, what ``GET /v1/tables/{op}`` serves and what :mod:`tilewise.runtime` loa
 
     {
       "format": "tilewise.tilings",
-      "format_version": 1,
+      "format_version": 2,
       "generator": "tilewise 0.1.0",
       "generated_at": "2026-05-22T10:00:00+00:00",
       "filters": {"op": "linear_add_gelu", "target": null, "dtype": null},
       "entries": [
         {"op": "linear_add_gelu", "op_version": "3f2a9c0d1e2b", "target": "cpu-twin",
          "dtype": "float32", "shape": {"M": 1024, "N": 1024, "K": 512},
-         "tiling": {"baseM": 128, ...}, "latency_us": 812.5, "default_latency_us": 1204.0,
-         "speedup": 1.48, "evaluations": 40}
+         "tiling": {"baseM": 128, ..., "singleCoreM": 128, ...},
+         "relative": {"baseM": 128, ..., "singleCoreM": 8, ...},
+         "latency_us": 812.5, "default_latency_us": 1204.0, "speedup": 1.48, "evaluations": 40}
       ]
     }
 
+``relative`` (since version 2) is the tiling in the form that carries over to other shapes, by
+the op's carry rules (:mod:`tilewise.kernels.ops._carry`): a core split as its number of pieces
+(``singleCoreM`` 128 of M = 1024 is 8), a whole-row length as 0, other fields as they are. The
+runtime and the C header re-derive a nearest entry's tiling for the asked shape from it. It is
+null for entries of op versions other than the exporting code's. A version-1 document (no
+``relative``) still loads: the reader derives the relative form from the op spec.
+
 Loading checks it (:func:`load_entries`, :func:`parse_table`). A document that is not JSON,
-not of this format, of another format version (saying which was found and which is read) or
-without an entry list is refused whole. Each entry is checked on its own: every field's type,
-dims in ``0..MAX_DIM`` (the op's own lower bounds are checked by the reader that knows the op),
-tiling values in int32 (the header stores them so), finite positive latencies, one entry per
-workload. A bad entry is left out and named in :attr:`Loaded.rejected`; the rest still load.
+not of this format, of a format version not read here (saying which was found and which are
+read: :data:`READ_VERSIONS`) or without an entry list is refused whole. Each entry is checked
+on its own: every field's type, dims in ``0..MAX_DIM`` (the op's own lower bounds are checked by
+the reader that knows the op), tiling values in int32 (the header stores them so), a relative
+form with the tiling's fields, finite positive latencies, one entry per workload. A bad entry
+is left out and named in :attr:`Loaded.rejected`; the rest still load.
 Unknown keys are ignored: additions that old readers may skip keep the version; anything else
 bumps it.
 
@@ -52,22 +61,30 @@ if TYPE_CHECKING:
     import jinja2
     from sqlalchemy.orm import Session
 
+    from tilewise.kernels.ops import OpSpec
+    from tilewise.kernels.targets import TargetProfile
+
 __all__ = [
     "FORMAT",
     "FORMAT_VERSION",
+    "READ_VERSIONS",
     "Loaded",
     "TableEntry",
     "TableFormatError",
     "canonical_filters",
+    "checked_relative",
     "dump_document",
     "load_entries",
     "parse_table",
+    "relative_form",
     "render_header",
     "table_document",
 ]
 
 FORMAT = "tilewise.tilings"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+#: The format versions :func:`load_entries` reads (1: no relative forms).
+READ_VERSIONS = (1, 2)
 
 INT32_MAX = 2**31 - 1
 #: Latencies above this (about 30 years) are not measurements.
@@ -94,6 +111,8 @@ class TableEntry:
     default_latency_us: float | None
     speedup: float | None
     evaluations: int
+    #: The tiling's relative form (see the module docstring); None when the document has none.
+    relative: Tiling | None = None
 
     @property
     def workload(self) -> Workload:
@@ -107,6 +126,7 @@ class TableEntry:
             "dtype": self.dtype,
             "shape": dict(self.shape),
             "tiling": dict(self.tiling),
+            "relative": None if self.relative is None else dict(self.relative),
             "latency_us": self.latency_us,
             "default_latency_us": self.default_latency_us,
             "speedup": self.speedup,
@@ -157,6 +177,7 @@ def table_document(
             default_latency_us=t.default_latency_us,
             speedup=t.speedup,
             evaluations=t.evaluations,
+            relative=relative_form(w.workload, t.tiling),
         ).to_dict()
         for w, t in rows
     ]
@@ -168,6 +189,45 @@ def table_document(
         "filters": {"op": op, "target": target, "dtype": dtype},
         "entries": entries,
     }
+
+
+def relative_form(workload: Workload, tiling: Tiling) -> Tiling | None:
+    """The relative form of ``tiling`` (tuned for ``workload``) by the running code's carry
+    rules; None for an op version, op or target this code does not run, or a tiling whose
+    fields are not the op's tunables (the readers leave such entries out)."""
+    from tilewise.kernels.ops import get_op
+    from tilewise.kernels.targets import get_target
+
+    try:
+        spec, target = get_op(workload.op), get_target(workload.target)
+    except InputError:
+        return None
+    if spec.version != workload.op_version or target.name != workload.target:
+        return None
+    rules = spec.carry_rules(workload.dtype, target)
+    if set(tiling) != set(rules.fields):
+        return None
+    return rules.relative(tiling, workload.shape)
+
+
+def checked_relative(entry: TableEntry, spec: OpSpec, target: TargetProfile) -> Tiling:
+    """The entry's relative form: the stored one, which must be what the op's carry rules
+    derive from its tiling, or (a version-1 entry) the derived one.
+
+    Raises:
+        InputError: the stored relative form disagrees with the op's carry rules.
+    """
+    derived = spec.carry_rules(entry.dtype, target).relative(entry.tiling, entry.shape)
+    if entry.relative is not None and entry.relative != derived:
+        wrong = sorted(f for f in derived if entry.relative[f] != derived[f])
+        raise InputError(
+            f"{entry.op} {entry.target} {entry.dtype} {dict(entry.shape)}: relative "
+            + ", ".join(f"{f}={entry.relative[f]}" for f in wrong)
+            + " disagrees with the op's carry rules ("
+            + ", ".join(f"{f}={derived[f]}" for f in wrong)
+            + ")"
+        )
+    return derived
 
 
 def canonical_filters(
@@ -233,11 +293,11 @@ def load_entries(doc: object, *, source: str = "tiling table") -> Loaded:
             f"{source}: not a tilewise tiling table (format {found_format!r}, expected {FORMAT!r})"
         )
     version = doc.get("format_version")
-    if version != FORMAT_VERSION or isinstance(version, bool):
+    if version not in READ_VERSIONS or isinstance(version, bool):
         newer = isinstance(version, int) and version > FORMAT_VERSION
         raise TableFormatError(
             f"{source}: tiling table format version {version!r} is not supported; this "
-            f"tilewise {__version__} reads version {FORMAT_VERSION}"
+            f"tilewise {__version__} reads versions {', '.join(map(str, READ_VERSIONS))}"
             + ("; upgrade tilewise to read it" if newer else "; export the table again")
         )
     raw = doc.get("entries")
@@ -248,7 +308,7 @@ def load_entries(doc: object, *, source: str = "tiling table") -> Loaded:
     seen: set[tuple[str, str, str, str, Shape]] = set()
     for i, item in enumerate(raw):
         try:
-            entry = _entry(item, f"entries[{i}]")
+            entry = _entry(item, f"entries[{i}]", relative=version != 1)
         except TableFormatError as exc:
             rejected.append(str(exc))
             continue
@@ -275,20 +335,30 @@ def _kind(value: object) -> str:
     )
 
 
-def _entry(item: object, where: str) -> TableEntry:
+def _entry(item: object, where: str, *, relative: bool) -> TableEntry:
     if not isinstance(item, dict):
         raise TableFormatError(f"{where}: expected an object, got {_kind(item)}")
+    tiling = Tiling(_int_map(item, "tiling", where, low=-INT32_MAX, high=INT32_MAX))
+    carried = None
+    if relative and item.get("relative") is not None:
+        carried = Tiling(_int_map(item, "relative", where, low=-INT32_MAX, high=INT32_MAX))
+        if set(carried) != set(tiling):
+            raise TableFormatError(
+                f"{where}.relative: fields {', '.join(sorted(carried))} are not the tiling's "
+                f"{', '.join(sorted(tiling))}"
+            )
     return TableEntry(
         op=_text(item, "op", where),
         op_version=_text(item, "op_version", where),
         target=_text(item, "target", where),
         dtype=_text(item, "dtype", where),
         shape=Shape(_int_map(item, "shape", where, low=0, high=MAX_DIM)),
-        tiling=Tiling(_int_map(item, "tiling", where, low=-INT32_MAX, high=INT32_MAX)),
+        tiling=tiling,
         latency_us=_number(item, "latency_us", where, optional=False),
         default_latency_us=_number(item, "default_latency_us", where),
         speedup=_number(item, "speedup", where),
         evaluations=_int(item.get("evaluations"), f"{where}.evaluations", low=0, high=INT32_MAX),
+        relative=carried,
     )
 
 
@@ -355,7 +425,7 @@ def render_header(doc: Mapping[str, Any], *, op: str) -> str:
         TableFormatError: ``doc`` is not a valid document.
         InputError: unknown op, or entries whose tiling fields are not the op's tunables.
     """
-    from tilewise.kernels.ops import get_op
+    from tilewise.kernels.ops import CARRY_C_HELPERS, get_op
     from tilewise.kernels.targets import get_target
 
     spec = get_op(op)
@@ -374,6 +444,7 @@ def render_header(doc: Mapping[str, Any], *, op: str) -> str:
     for e in entries:
         groups.setdefault((e.target, e.dtype), []).append(e)
     fields: list[str] | None = None
+    relatives: dict[int, Tiling] = {}
     for (target, dtype), group in groups.items():
         spec.validate_dtype(dtype)
         if get_target(target).name != target:  # names go into C strings: only canonical ones
@@ -390,6 +461,7 @@ def render_header(doc: Mapping[str, Any], *, op: str) -> str:
             if set(e.shape) != set(dims):
                 raise InputError(f"{op}: entry shape {e.shape} does not have the dims {dims}")
             spec.validate_shape(e.shape)
+            relatives[id(e)] = checked_relative(e, spec, get_target(target))
     if fields is None:
         from tilewise.kernels.targets import twin_target
 
@@ -408,9 +480,21 @@ def render_header(doc: Mapping[str, Any], *, op: str) -> str:
 
     def row(e: TableEntry) -> str:
         logs = (repr(spec.log_position(d, e.shape[d])) for d in dims)
+        relative = relatives[id(e)]
         return braces(
-            (braces(e.shape[d] for d in dims), braces(logs), braces(e.tiling[f] for f in fields))
+            (
+                braces(e.shape[d] for d in dims),
+                braces(logs),
+                braces(e.tiling[f] for f in fields),
+                braces(relative[f] for f in fields),
+            )
         )
+
+    def carry_lines(target: str, dtype: str) -> list[str]:
+        rules = spec.carry_rules(dtype, get_target(target))
+        if list(rules.fields) != fields:
+            raise InputError(f"{op}: the carry rules' fields are not the tiling's")
+        return rules.c_lines(spec.c_extents)
 
     return _template().render(
         op=op,
@@ -429,12 +513,14 @@ def render_header(doc: Mapping[str, Any], *, op: str) -> str:
         dim_params=", ".join(f"int64_t {d}" for d in dims),
         least_init=braces(spec.dim_floors.get(d, 1) for d in dims),
         asked_init=braces(dims),
+        carry_helpers=CARRY_C_HELPERS,
         groups=[
             {
                 "target": target,
                 "dtype": dtype,
                 "ident": idents[(target, dtype)],
                 "rows": [row(e) for e in sorted(g, key=lambda e: shape_order_key(e.shape, dims))],
+                "carry": carry_lines(target, dtype),
             }
             for (target, dtype), g in sorted(groups.items())
         ],

@@ -7,16 +7,21 @@ Load a tiling table once, then ask it for every shape met::
                           shape={"M": 1000, "N": 4096, "K": 1024})
     answer.tiling["baseM"], answer.source  # "exact", "nearest" or "default"
 
-The fallback order, and the ``source`` each rule answers with:
+The fallback order, and the ``source`` (and ``rule``) each rule answers with:
 
-1. ``exact``: the op (at its current version), target, dtype and shape were tuned.
-2. ``nearest``: the tuned shape of the same op, target and dtype nearest to the asked one whose
-   tiling passes the op's validity rules and on-chip memory limits for the asked shape
-   (``OpSpec.check``). Distance: the sum over dims of ``|log2(asked) - log2(tuned)|`` (for a dim
-   that may be 0, such as a padding, of ``log2(1 + value)``: ``OpSpec.log_position``); ties go
-   to the smaller tuned shape in the op's dims order. At most ``max_candidates`` entries are
-   checked, nearest first. The C header (:func:`tilewise.export.render_header`) uses the same
-   distance and ties but cannot make the checks.
+1. ``exact``: the op (at its current version), target, dtype and shape were tuned; the tuned
+   tiling as stored.
+2. ``nearest`` (rule ``carried``): the tiling of the tuned shape of the same op, target and dtype
+   nearest to the asked one, re-derived for the asked shape by the op's carry rules
+   (``OpSpec.carry``, from the entry's relative form: a core split keeps its number of pieces,
+   a block count every block's work, a whole row stays whole, base blocks shrink into what the
+   shape allows), the first such tiling that passes the op's validity rules and on-chip memory
+   limits for the asked shape (``OpSpec.valid``). Distance: the sum over dims of
+   ``|log2(asked) - log2(tuned)|`` (for a dim that may be 0, such as a padding, of
+   ``log2(1 + value)``: ``OpSpec.log_position``); ties go to the smaller tuned shape in the op's
+   dims order. At most ``max_candidates`` entries are tried, nearest first. The C header
+   (:func:`tilewise.export.render_header`) uses the same distance, ties and carry rules but
+   cannot make the checks.
 3. ``default``: the op's hand-written heuristic (``OpSpec.default_tiling``).
 
 Entries of another op version than the running code's (a changed kernel is a new workload) and
@@ -24,7 +29,9 @@ entries of ops or targets this code does not know are kept out at load time and 
 :attr:`TilingTable.skipped`. So is an invalid entry (a field of the wrong type, a shape the op
 does not take, a tiling outside its domains): it is counted, named in
 :attr:`TilingTable.rejected` and in a logged warning, and the rest of the table answers. Only a
-document that is not a table as a whole (not JSON, another format version) is refused.
+document that is not a table as a whole (not JSON, a format version not read) is refused. A
+version-1 document holds no relative forms: they are derived from the op spec; a version-2
+entry whose relative form disagrees with the op's carry rules is invalid.
 
 Lookups are thread-safe. Exact answers are a dict lookup; nearest and default answers are
 computed once per asked shape and kept (the ``cache_size`` most recent computations).
@@ -46,7 +53,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from tilewise.errors import InputError, StoreError, TilewiseError
-from tilewise.export import Loaded, TableEntry, load_entries, parse_table
+from tilewise.export import Loaded, TableEntry, checked_relative, load_entries, parse_table
 from tilewise.kernels.ops import OpSpec, get_op
 from tilewise.kernels.targets import TargetProfile, get_target
 from tilewise.types import Shape, Tiling, Workload
@@ -54,11 +61,14 @@ from tilewise.types import Shape, Tiling, Workload
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["Answer", "Source", "TilingTable"]
+__all__ = ["Answer", "Rule", "Source", "TilingTable"]
 
 _log = logging.getLogger(__name__)
 
 Source = Literal["exact", "nearest", "default"]
+#: How the tiling was made: as tuned (``exact``), a tuned shape's tiling re-derived for the asked
+#: shape (``carried``), the op's heuristic (``default``).
+Rule = Literal["exact", "carried", "default"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +76,9 @@ class Answer:
     """A tiling for one asked shape, and where it came from.
 
     ``workload`` and ``latency_us`` are those of the table entry the tiling was tuned for
-    (None for ``default``); ``distance`` is 0 for ``exact``, the log2 distance for ``nearest``.
+    (None for ``default``; for ``nearest`` they are the neighbour's, whose tiling was re-derived
+    for the asked shape: ``rule`` is ``carried``); ``distance`` is 0 for ``exact``, the log2
+    distance for ``nearest``.
     """
 
     tiling: Tiling
@@ -74,6 +86,7 @@ class Answer:
     workload: Workload | None
     latency_us: float | None
     distance: float | None = None
+    rule: Rule = "exact"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -82,6 +95,7 @@ class Answer:
             "workload": None if self.workload is None else self.workload.to_dict(),
             "latency_us": self.latency_us,
             "distance": self.distance,
+            "rule": self.rule,
         }
 
 
@@ -90,6 +104,7 @@ class _Group:
 
     __slots__ = (
         "cache",
+        "carry",
         "dims",
         "dtype",
         "entries",
@@ -98,6 +113,7 @@ class _Group:
         "logs",
         "ndims",
         "profile",
+        "relatives",
         "spec",
     )
 
@@ -109,6 +125,11 @@ class _Group:
         # The dict key of a shape: its value for one dim, else the tuple in dims order.
         self.key = itemgetter(*self.dims)
         self.entries = sorted(entries, key=lambda e: tuple(e.shape[d] for d in self.dims))
+        self.carry = spec.carry_rules(dtype, profile)
+        # Checked against the carry rules when the table loaded (_foreign).
+        self.relatives = [
+            e.relative or self.carry.relative(e.tiling, e.shape) for e in self.entries
+        ]
         self.exact: dict[Any, Answer] = {
             self.key(e.shape): Answer(e.tiling, "exact", e.workload, e.latency_us, 0.0)
             for e in self.entries
@@ -227,6 +248,7 @@ class TilingTable:
                     f"{named}: tiling {tunable.name}={value} is outside its domain "
                     f"{low}..{high} for this workload"
                 )
+        checked_relative(entry, spec, profile)
         return None
 
     # -- loading -------------------------------------------------------------------------------
@@ -376,7 +398,7 @@ class TilingTable:
         if answer is not None:
             return answer
         answer = self._nearest(group, asked) or Answer(
-            spec.default_tiling(asked, dtype, profile), "default", None, None
+            spec.default_tiling(asked, dtype, profile), "default", None, None, rule="default"
         )
         if self.cache_size:
             with self._lock:
@@ -396,13 +418,18 @@ class TilingTable:
             distance += np.abs(column - where(dim, asked[dim]))
         for index, away in _nearest_first(distance, self.max_candidates):
             entry = group.entries[index]
+            tiling = group.carry.derive(group.relatives[index], asked)
             try:
-                valid = group.spec.valid(entry.tiling, asked, group.dtype, group.profile)
+                valid = tiling is not None and group.spec.valid(
+                    tiling, asked, group.dtype, group.profile
+                )
             except TilewiseError:
                 valid = False
-            if valid:
+            if valid and tiling is not None:
                 tuned = group.exact[group.key(entry.shape)]  # its workload, hashed at load
-                return Answer(entry.tiling, "nearest", tuned.workload, entry.latency_us, away)
+                return Answer(
+                    tiling, "nearest", tuned.workload, entry.latency_us, away, rule="carried"
+                )
         return None
 
 

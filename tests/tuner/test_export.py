@@ -26,7 +26,7 @@ from tilewise.export import (
     render_header,
     table_document,
 )
-from tilewise.kernels.ops import get_op
+from tilewise.kernels.ops import OPS, get_op
 from tilewise.kernels.targets import get_target
 from tilewise.runtime import TilingTable
 from tilewise.types import Shape, Tiling, Workload
@@ -127,11 +127,22 @@ def test_table_document_from_the_database(store: st.Store) -> None:
         "dtype": "float32",
         "shape": {"M": 256, "N": 512, "K": 128},
         "tiling": dict(tiling),
+        # The core split as its number of pieces (M=256 in blocks of 32 rows: 8 pieces).
+        "relative": {
+            **dict(tiling),
+            "singleCoreM": -(-256 // tiling["singleCoreM"]),
+            "singleCoreN": -(-512 // tiling["singleCoreN"]),
+        },
         "latency_us": 30.0,
         "default_latency_us": 60.0,
         "speedup": 2.0,
         "evaluations": 12,
     }
+    # An entry of another op version keeps its tiling but has no relative form here.
+    with store.session() as session:
+        _tune(session, "linear_add_gelu", {"M": 64, "N": 64, "K": 64}, 3.0, version="0ld0ld0ld0ld")
+        stale = [e for e in table_document(session)["entries"] if e["op_version"] == "0ld0ld0ld0ld"]
+    assert len(stale) == 1 and stale[0]["relative"] is None
     # What the API serves loads as what the file does.
     json.loads(dump_document(everything))
     assert len(TilingTable.from_document(json.loads(dump_document(everything)))) == 3
@@ -322,16 +333,32 @@ def _nearest_reference(
 
 
 def _tuned_shapes(op: str) -> list[dict[str, int]]:
-    if op == "linear_add_gelu":
-        grid = itertools.product((64, 256, 1000, 4096), (128, 768, 4096), (64, 512, 2048))
-        return [{"M": m, "N": n, "K": k} for m, n, k in grid]
-    if op == "conv_bias_leakyrelu":
-        grid = itertools.product((1, 8), (16, 64), (14, 56), (0, 1, 3))
-        return [
+    grids: dict[str, list[dict[str, int]]] = {
+        "linear_add_gelu": [
+            {"M": m, "N": n, "K": k}
+            for m, n, k in itertools.product(
+                (64, 256, 1000, 4096), (128, 768, 4096), (64, 512, 2048)
+            )
+        ],
+        "swiglu_mlp": [
+            {"T": t, "H": h, "I": i}
+            for t, h, i in itertools.product((1, 64, 1000), (256, 2048), (128, 2752, 11008))
+        ],
+        "conv_bias_leakyrelu": [
             {"N": n, "C": c, "H": h, "W": h, "K": 32, "R": 3, "S": 3, "stride": 1, "pad": p}
-            for n, c, h, p in grid
-        ]
-    return [{"N": n} for n in (512, 4096, 10000, 65536, 1 << 20, 3 << 20)]
+            for n, c, h, p in itertools.product((1, 8), (16, 64), (14, 56), (0, 1, 3))
+        ],
+        "layernorm_gelu": [
+            {"R": r, "H": h}
+            for r, h in itertools.product((1, 7, 256, 4096), (64, 1000, 4096, 20000))
+        ],
+        "swiglu": [
+            {"T": t, "I": i} for t, i in itertools.product((1, 16, 512, 4096), (64, 1000, 11008))
+        ],
+        "scale_relu_dropout": [{"N": n} for n in (512, 4096, 10000, 65536, 1 << 20, 3 << 20)],
+    }
+    grids["swiglu_grad"] = grids["swiglu"]
+    return grids[op]
 
 
 def _near(dim: str, value: int, rng: random.Random) -> int:
@@ -343,15 +370,35 @@ def _near(dim: str, value: int, rng: random.Random) -> int:
     return max(1, round(value * 2 ** rng.uniform(-1.0, 1.0)))
 
 
+def _tuned_entry(
+    op: str, shape: dict[str, int], target: str, dtype: str, rng: random.Random
+) -> dict[str, Any]:
+    """An entry whose tiling is a random valid one of its shape's domains (as a tune may find),
+    the default tiling when none of a few hundred draws is valid."""
+    spec, profile = get_op(op), get_target(target)
+    tunables = spec.tunables(Shape(shape), dtype, profile)
+    record = _entry(op, shape, target, dtype)
+    for _ in range(300):
+        tiling = Tiling({t.name: rng.choice(t.values) for t in tunables})
+        if spec.valid(tiling, Shape(shape), dtype, profile):
+            record["tiling"] = dict(tiling)
+            break
+    return record
+
+
 COMBOS = [("cpu-twin", "float32"), ("ascend910b4", "float16")]
+ALL_OPS = sorted(OPS)
 
 
 @pytest.mark.skipif(not COMPILERS, reason="no C compiler")
-@pytest.mark.parametrize("op", ["linear_add_gelu", "scale_relu_dropout", "conv_bias_leakyrelu"])
+@pytest.mark.parametrize("op", ALL_OPS)
 def test_header_answers_as_python_does(op: str, tmp_path: Path) -> None:
+    """The header answers the nearest entry's tiling carried over to the asked shape, by the
+    same rules as Python's; where that tiling is valid, Python answers it too."""
     spec = get_op(op)
     dims = spec.dims
-    entries = [_entry(op, s, t, d, headroom=2) for t, d in COMBOS for s in _tuned_shapes(op)]
+    rng = random.Random(20260522)
+    entries = [_tuned_entry(op, s, t, d, rng) for t, d in COMBOS for s in _tuned_shapes(op)]
     stale = {**_entry(op, _tuned_shapes(op)[0], *COMBOS[0]), "op_version": "0ld0ld0ld0ld"}
     stale["shape"] = {**{d: 3 for d in dims}, **({"R": 1, "S": 1} if "R" in dims else {})}
     doc = _document([*entries, stale])
@@ -359,8 +406,8 @@ def test_header_answers_as_python_does(op: str, tmp_path: Path) -> None:
     header.write_text(render_header(doc, op=op))
     assert "1 of other op versions left out" in header.read_text()
     table = TilingTable.from_document(doc)
+    assert len(table) == len(entries) and table.skipped == {"other op version": 1}
 
-    rng = random.Random(20260522)
     queries: list[tuple[str, str, tuple[int, ...]]] = []
     for target, dtype in COMBOS:
         for shape in _tuned_shapes(op):
@@ -372,9 +419,9 @@ def test_header_answers_as_python_does(op: str, tmp_path: Path) -> None:
         queries.append((target, dtype, stale_shape))  # the stale entry's shape
     if op == "linear_add_gelu":
         queries.append(("cpu-twin", "float32", (128, 768, 512)))  # M=64 and M=256 tie
-    assert len(queries) >= (100 if op == "scale_relu_dropout" else 200)
+    assert len(queries) >= 100
 
-    counts = {"exact": 0, "nearest valid": 0, "nearest invalid": 0}
+    counts = {"exact": 0, "carried valid": 0, "carried invalid": 0}
     for compiler, std in COMPILERS:
         exe = _build(header, op, tmp_path, compiler, std)
         c_answers = _ask_c(
@@ -384,30 +431,41 @@ def test_header_answers_as_python_does(op: str, tmp_path: Path) -> None:
         assert c_answers[-2:] == [[0], [0]]  # no table: the caller's default
         counts = dict.fromkeys(counts, 0)
         for (target, dtype, asked), c in zip(queries, c_answers, strict=False):
-            shape = dict(zip(dims, asked, strict=True))
+            shape = Shape(dict(zip(dims, asked, strict=True)))
+            profile = get_target(target)
             py = table.lookup(op, target=target, dtype=dtype, shape=shape)
-            group = [e for e in entries if (e["target"], e["dtype"]) == (target, dtype)]
-            nearest = _nearest_reference(group, dims, asked)
+            fields = _fields(spec, target, dtype, asked)
             if py.source == "exact":
-                assert c == [2, *[py.tiling[f] for f in _fields(spec, target, dtype, asked)]]
+                assert py.rule == "exact"
+                assert c == [2, *[py.tiling[f] for f in fields]]
                 counts["exact"] += 1
                 continue
-            fields = _fields(spec, target, dtype, asked)
-            # C's rule: the nearest entry, valid or not.
-            assert c == [1, *[nearest["tiling"][f] for f in fields]], (target, dtype, asked)
-            profile = get_target(target)
-            if spec.check(Tiling(nearest["tiling"]), Shape(shape), dtype, profile).valid:
-                assert py.source == "nearest" and dict(py.tiling) == nearest["tiling"]
-                assert c[1:] == [py.tiling[f] for f in fields]
-                counts["nearest valid"] += 1
+            group = [e for e in entries if (e["target"], e["dtype"]) == (target, dtype)]
+            nearest = _nearest_reference(group, dims, asked)
+            carried = spec.carry(
+                Tiling(nearest["tiling"]), Shape(nearest["shape"]), shape, dtype, profile
+            )
+            assert carried is not None
+            # C's rule: the nearest entry's tiling carried over, valid or not.
+            assert c == [1, *[carried[f] for f in fields]], (target, dtype, asked)
+            if spec.check(carried, shape, dtype, profile).valid:
+                assert (py.source, py.rule, py.tiling) == ("nearest", "carried", carried)
+                assert py.workload is not None and py.workload.shape == Shape(nearest["shape"])
+                counts["carried valid"] += 1
             else:
-                # Python walked past it: to a farther valid entry, or to the default.
-                assert dict(py.tiling) != nearest["tiling"] or py.source == "default"
-                assert spec.check(py.tiling, Shape(shape), dtype, profile).valid
-                counts["nearest invalid"] += 1
-    assert counts["exact"] == 2 * len(_tuned_shapes(op))
-    assert counts["nearest valid"] > counts["nearest invalid"], counts
-    assert counts["nearest valid"] + counts["exact"] > len(queries) / 2, counts
+                # Python walked past it: to a farther entry's carried tiling, or to the default.
+                assert py.tiling != carried
+                assert py.workload is None or py.workload.shape != Shape(nearest["shape"])
+                assert spec.check(py.tiling, shape, dtype, profile).valid
+                counts["carried invalid"] += 1
+    tuned = {(e["target"], e["dtype"], tuple(e["shape"][d] for d in dims)) for e in entries}
+    assert counts["exact"] == sum(q in tuned for q in queries)
+    print(op, counts)
+    # Measured on 2026-11-26 with these seeds: the nearest carried tiling was valid for 97-100%
+    # of the shapes that were not tuned, for every op but layernorm_gelu (87%: a whole row
+    # of many rows per tile outgrows UB when H doubles).
+    asked = counts["carried valid"] + counts["carried invalid"]
+    assert counts["carried valid"] >= 0.8 * asked, counts
 
 
 def _fields(spec: Any, target: str, dtype: str, asked: tuple[int, ...]) -> list[str]:
@@ -476,13 +534,17 @@ def test_a_conv_with_pad_0_end_to_end(db_url: str, tmp_path: Path) -> None:
     )
     exact = ask(from_db, 0)
     assert exact.source == "exact" and ask(from_file, 0) == exact
-    # pad 1 is one step from pad 0 on the distance's log2(1 + pad) scale
+    # pad 1 is one step from pad 0 on the distance's log2(1 + pad) scale; 9x9 output pixels
+    # instead of 7x7, in as many pieces
+    padded = Shape({**CONV_PAD0, "pad": 1})
+    carried = spec.carry(exact.tiling, Shape(CONV_PAD0), padded, "float32", twin)
+    assert carried is not None
     near = ask(from_db, 1)
     assert near.source in ("nearest", "default")
     if near.source == "nearest":
-        assert near.distance == 1.0 and near.tiling == exact.tiling
+        assert near.distance == 1.0 and near.tiling == carried and near.rule == "carried"
     else:
-        assert not spec.valid(exact.tiling, Shape({**CONV_PAD0, "pad": 1}), "float32", twin)
+        assert not spec.valid(carried, padded, "float32", twin)
 
     fields = [t.name for t in spec.tunables(Shape(CONV_PAD0), "float32", twin)]
     asked = [tuple({**CONV_PAD0, "pad": p}[d] for d in spec.dims) for p in (0, 1, -1)]
@@ -490,4 +552,4 @@ def test_a_conv_with_pad_0_end_to_end(db_url: str, tmp_path: Path) -> None:
         exe = _build(paths["header"], spec.name, tmp_path, compiler, std)
         c = _ask_c(exe, [("cpu-twin", "float32", a) for a in asked])
         tiling = [exact.tiling[f] for f in fields]
-        assert c == [[2, *tiling], [1, *tiling], [0]]
+        assert c == [[2, *tiling], [1, *[carried[f] for f in fields]], [0]]

@@ -29,7 +29,9 @@ from tilewise.kernels.ops import _matmul_common as cube
 from tilewise.kernels.ops._base import (
     NUMPY_DTYPES,
     BlockWork,
+    Bound,
     Buffer,
+    Carry,
     GmArg,
     OpSpec,
     StructField,
@@ -89,6 +91,10 @@ class ConvBiasLeakyRelu(OpSpec):
         "out": ("N", "K", "OH", "OW"),
     }
     attributes = ("stride", "pad")
+    c_extents: ClassVar[Mapping[str, str]] = {
+        "OH": "(H + 2 * pad - R) / stride + 1",
+        "OW": "(W + 2 * pad - S) / stride + 1",
+    }
     mix = True
 
     def validate_shape(self, shape: Mapping[str, int], *, max_elements: int | None = None) -> Shape:
@@ -138,14 +144,31 @@ class ConvBiasLeakyRelu(OpSpec):
     def runtime_tunables(
         self, shape: Shape, dtype: str, target: TargetProfile
     ) -> tuple[Tunable, ...]:
+        # A core's C block is all K output channels by its pixels; an im2col pass stays within
+        # the core's pixels (``rules``).
+        pixels = ("OH", "OW")
         return (
-            *cube.cube_tunables(),
-            Tunable(
+            *cube.cube_tunables(
+                dtype,
+                m=Bound(extent=("K",), align=16),
+                n=Bound("singleCoreN", align=16),
+                k=("C", "R", "S"),
+            ),
+            cube.split_tunable(
                 "singleCoreN",
-                cube.single_core(self._pixels(shape), target.cube_cores),
+                pixels,
+                self._pixels(shape),
+                target.cube_cores,
                 "output pixels per core",
             ),
-            Tunable("colTile", COL_TILES, "output pixels per im2col pass"),
+            Tunable(
+                "colTile",
+                COL_TILES,
+                "output pixels per im2col pass",
+                carry=Carry(
+                    "cap", bounds=(Bound("singleCoreN", align=16), Bound(extent=pixels, align=16))
+                ),
+            ),
         )
 
     def buffers(
