@@ -1,56 +1,14 @@
-"""Tiling tables out of the database: a versioned JSON document and a C header.
-
-The JSON document (``FORMAT`` at ``FORMAT_VERSION``) is what ``tilewise export --format json``
-writes, what ``GET /v1/tables/{op}`` serves and what :mod:`tilewise.runtime` loads::
-
-    {
-      "format": "tilewise.tilings",
-      "format_version": 2,
-      "generator": "tilewise 0.1.0",
-      "generated_at": "2026-05-22T10:00:00+00:00",
-      "filters": {"op": "linear_add_gelu", "target": null, "dtype": null},
-      "entries": [
-        {"op": "linear_add_gelu", "op_version": "3f2a9c0d1e2b", "target": "cpu-twin",
-         "dtype": "float32", "shape": {"M": 1024, "N": 1024, "K": 512},
-         "tiling": {"baseM": 128, ..., "singleCoreM": 128, ...},
-         "relative": {"baseM": 128, ..., "singleCoreM": 8, ...},
-         "latency_us": 812.5, "default_latency_us": 1204.0, "speedup": 1.48, "evaluations": 40}
-      ]
-    }
-
-``relative`` (since version 2) is the tiling in the form that carries over to other shapes, by
-the op's carry rules (:mod:`tilewise.kernels.ops._carry`): a core split as its number of pieces
-(``singleCoreM`` 128 of M = 1024 is 8), a whole-row length as 0, other fields as they are. The
-runtime and the C header re-derive a nearest entry's tiling for the asked shape from it. It is
-null for entries of op versions other than the exporting code's. A version-1 document (no
-``relative``) still loads: the reader derives the relative form from the op spec.
-
-Loading checks it (:func:`load_entries`, :func:`parse_table`). A document that is not JSON,
-not of this format, of a format version not read here (saying which was found and which are
-read: :data:`READ_VERSIONS`) or without an entry list is refused whole. Each entry is checked
-on its own: every field's type, dims in ``0..MAX_DIM`` (the op's own lower bounds are checked by
-the reader that knows the op), tiling values in int32 (the header stores them so), a relative
-form with the tiling's fields, finite positive latencies, one entry per workload. A bad entry
-is left out and named in :attr:`Loaded.rejected`; the rest still load.
-Unknown keys are ignored: additions that old readers may skip keep the version; anything else
-bumps it.
-
-The C header (:func:`render_header`) holds one op's entries of the op's current version; see
-the comment it starts with for its contract.
-
-This module stays light (no SQLAlchemy, Optuna or FastAPI at import): the runtime imports it.
-"""
+"""The tiling table's JSON document: building it from the database, and loading it (see
+:mod:`tilewise.export`)."""
 
 from __future__ import annotations
 
 import json
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from functools import cache
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tilewise import __version__
@@ -58,28 +16,11 @@ from tilewise.errors import InputError
 from tilewise.types import DTYPES, MAX_DIM, Shape, Tiling, Workload
 
 if TYPE_CHECKING:
-    import jinja2
     from sqlalchemy.orm import Session
 
     from tilewise.kernels.ops import OpSpec
     from tilewise.kernels.targets import TargetProfile
 
-__all__ = [
-    "FORMAT",
-    "FORMAT_VERSION",
-    "READ_VERSIONS",
-    "Loaded",
-    "TableEntry",
-    "TableFormatError",
-    "canonical_filters",
-    "checked_relative",
-    "dump_document",
-    "load_entries",
-    "parse_table",
-    "relative_form",
-    "render_header",
-    "table_document",
-]
 
 FORMAT = "tilewise.tilings"
 FORMAT_VERSION = 2
@@ -403,140 +344,3 @@ def _number(item: dict[str, Any], key: str, where: str, *, optional: bool = True
     if not (0 < value <= MAX_LATENCY_US and math.isfinite(value)):
         raise TableFormatError(f"{where}.{key}: {_short(value)} is outside (0, {MAX_LATENCY_US:g}]")
     return float(value)
-
-
-# ---------------------------------------------------------------------------------------------
-# The C header
-
-
-def _c_name(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9]", "_", text).lower()
-
-
-def shape_order_key(shape: Mapping[str, int], dims: Sequence[str]) -> tuple[int, ...]:
-    """Shapes as tuples in the op's dims order: their sort order breaks distance ties."""
-    return tuple(shape[d] for d in dims)
-
-
-def render_header(doc: Mapping[str, Any], *, op: str) -> str:
-    """A C99/C++11 header with ``op``'s entries of the op's current version; see its comment.
-
-    Raises:
-        TableFormatError: ``doc`` is not a valid document.
-        InputError: unknown op, or entries whose tiling fields are not the op's tunables.
-    """
-    from tilewise.kernels.ops import CARRY_C_HELPERS, get_op
-    from tilewise.kernels.targets import get_target
-
-    spec = get_op(op)
-    loaded = load_entries(doc, source="tiling table")
-    if loaded.rejected:
-        # Generated C is not a place to leave a row out quietly: the header is refused.
-        raise TableFormatError(f"tiling table: {loaded.rejected[0]}")
-    all_entries = [e for e in loaded.entries if e.op == op]
-    entries = [e for e in all_entries if e.op_version == spec.version]
-    stale = len(all_entries) - len(entries)
-    dims = spec.dims
-    upper = _c_name(op).upper()
-    prefix = f"tilewise_{_c_name(op)}"
-
-    groups: dict[tuple[str, str], list[TableEntry]] = {}
-    for e in entries:
-        groups.setdefault((e.target, e.dtype), []).append(e)
-    fields: list[str] | None = None
-    relatives: dict[int, Tiling] = {}
-    for (target, dtype), group in groups.items():
-        spec.validate_dtype(dtype)
-        if get_target(target).name != target:  # names go into C strings: only canonical ones
-            raise InputError(f"{op}: target {target!r} is not a canonical target name")
-        names = [t.name for t in spec.tunables(group[0].shape, dtype, get_target(target))]
-        if fields is None:
-            fields = names
-        for e in group:
-            if set(e.tiling) != set(names) or names != fields:
-                raise InputError(
-                    f"{op} {e.target} {e.dtype} {e.shape}: tiling fields "
-                    f"{', '.join(sorted(e.tiling))} are not the op's tunables {', '.join(names)}"
-                )
-            if set(e.shape) != set(dims):
-                raise InputError(f"{op}: entry shape {e.shape} does not have the dims {dims}")
-            spec.validate_shape(e.shape)
-            relatives[id(e)] = checked_relative(e, spec, get_target(target))
-    if fields is None:
-        from tilewise.kernels.targets import twin_target
-
-        unit = Shape({d: 1024 for d in dims})
-        fields = [t.name for t in spec.tunables(unit, spec.dtypes[0], twin_target())]
-    idents = {(t, d): f"{_c_name(t)}_{_c_name(d)}" for t, d in groups}
-    if len(set(idents.values())) != len(idents):
-        raise InputError(f"{op}: target/dtype names collide once made C identifiers")
-
-    generated_at = str(doc.get("generated_at", "?"))
-    if not re.fullmatch(r"[0-9A-Za-z:+.\- ]{1,40}", generated_at):
-        generated_at = "?"
-
-    def braces(items: Iterable[object]) -> str:  # a C initializer
-        return "{" + ", ".join(str(x) for x in items) + "}"
-
-    def row(e: TableEntry) -> str:
-        logs = (repr(spec.log_position(d, e.shape[d])) for d in dims)
-        relative = relatives[id(e)]
-        return braces(
-            (
-                braces(e.shape[d] for d in dims),
-                braces(logs),
-                braces(e.tiling[f] for f in fields),
-                braces(relative[f] for f in fields),
-            )
-        )
-
-    def carry_lines(target: str, dtype: str) -> list[str]:
-        rules = spec.carry_rules(dtype, get_target(target))
-        if list(rules.fields) != fields:
-            raise InputError(f"{op}: the carry rules' fields are not the tiling's")
-        return rules.c_lines(spec.c_extents)
-
-    return _template().render(
-        op=op,
-        version=__version__,
-        op_version=spec.version,
-        format=FORMAT,
-        format_version=FORMAT_VERSION,
-        generated_at=generated_at,
-        n_entries=len(entries),
-        stale=stale,
-        upper=upper,
-        prefix=prefix,
-        dims=dims,
-        fields=fields,
-        dim_args=", ".join(dims),
-        dim_params=", ".join(f"int64_t {d}" for d in dims),
-        least_init=braces(spec.dim_floors.get(d, 1) for d in dims),
-        asked_init=braces(dims),
-        carry_helpers=CARRY_C_HELPERS,
-        groups=[
-            {
-                "target": target,
-                "dtype": dtype,
-                "ident": idents[(target, dtype)],
-                "rows": [row(e) for e in sorted(g, key=lambda e: shape_order_key(e.shape, dims))],
-                "carry": carry_lines(target, dtype),
-            }
-            for (target, dtype), g in sorted(groups.items())
-        ],
-    )
-
-
-@cache
-def _template() -> jinja2.Template:
-    import jinja2  # at first use: the runtime imports this module and never renders C
-
-    templates = Path(__file__).parent / "templates"
-    environment = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(templates)),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-        autoescape=False,  # C, not HTML
-    )
-    environment.filters["c_name"] = _c_name
-    return environment.get_template("tiling_table.h.j2")
