@@ -281,6 +281,11 @@ class LookupPublic(_Out):
     distance: float | None = Field(
         default=None, description="0 for exact; sum over dims of |log2 asked - log2 tuned|."
     )
+    rule: Literal["exact", "carried", "default"] = Field(
+        default="exact",
+        description="How the tiling was made: as tuned, the nearest tuned shape's tiling "
+        "re-derived for this shape by the op's carry rules, or the op's default heuristic.",
+    )
 
 
 class TargetPublic(_Out):

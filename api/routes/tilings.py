@@ -19,7 +19,8 @@ _NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"description": "No such op.
 @router.get("/tilings/{op}", response_model=LookupPublic, responses=_NOT_FOUND)
 def lookup_tiling(what: WorkloadQueryDep, lookup: LookupDep) -> LookupPublic:
     """The tiling to launch ``op`` with for one shape: the tuned one (exact), the nearest tuned
-    shape's when valid for this shape (nearest), else the op's default heuristic (default)."""
+    shape's re-derived for this shape when valid for it (nearest), else the op's default
+    heuristic (default)."""
     answer = lookup.lookup(
         what.spec.name, target=what.target.name, dtype=what.dtype, shape=what.shape
     )
@@ -29,6 +30,7 @@ def lookup_tiling(what: WorkloadQueryDep, lookup: LookupDep) -> LookupPublic:
         workload=None if answer.workload is None else WorkloadPublic.of(answer.workload),
         latency_us=answer.latency_us,
         distance=answer.distance,
+        rule=answer.rule,
     )
 
 
