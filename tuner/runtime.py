@@ -16,12 +16,15 @@ The fallback order, and the ``source`` (and ``rule``) each rule answers with:
    (``OpSpec.carry``, from the entry's relative form: a core split keeps its number of pieces,
    a block count every block's work, a whole row stays whole, base blocks shrink into what the
    shape allows), the first such tiling that passes the op's validity rules and on-chip memory
-   limits for the asked shape (``OpSpec.valid``). Distance: the sum over dims of
-   ``|log2(asked) - log2(tuned)|`` (for a dim that may be 0, such as a padding, of
-   ``log2(1 + value)``: ``OpSpec.log_position``); ties go to the smaller tuned shape in the op's
-   dims order. At most ``max_candidates`` entries are tried, nearest first. The C header
-   (:func:`tilewise.export.render_header`) uses the same distance, ties and carry rules but
-   cannot make the checks.
+   limits for the asked shape (``OpSpec.valid``). An entry whose tuned tiling is its shape's
+   default tiling (nothing beat it: the entry's ``is_default``) carries over as the asked
+   shape's default tiling: source ``default``, rule ``carried``, with that entry's workload.
+   Distance: the sum over dims of ``|log2(asked) - log2(tuned)|`` (for a dim that may be 0,
+   such as a padding, of ``log2(1 + value)``: ``OpSpec.log_position``); ties go to the smaller
+   tuned shape in the op's dims order. At most ``max_candidates`` entries are tried, nearest
+   first. The C header (:func:`tilewise.export.render_header`) uses the same distance, ties and
+   carry rules but cannot make the checks (and answers "use your default" for an entry whose
+   tuned tiling is its default).
 3. ``default``: the op's hand-written heuristic (``OpSpec.default_tiling``).
 
 Entries of another op version than the running code's (a changed kernel is a new workload) and
@@ -53,7 +56,14 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from tilewise.errors import InputError, StoreError, TilewiseError
-from tilewise.export import Loaded, TableEntry, checked_relative, load_entries, parse_table
+from tilewise.export import (
+    Loaded,
+    TableEntry,
+    checked_relative,
+    is_default_tiling,
+    load_entries,
+    parse_table,
+)
 from tilewise.kernels.ops import OpSpec, get_op
 from tilewise.kernels.targets import TargetProfile, get_target
 from tilewise.types import Shape, Tiling, Workload
@@ -66,8 +76,9 @@ __all__ = ["Answer", "Rule", "Source", "TilingTable"]
 _log = logging.getLogger(__name__)
 
 Source = Literal["exact", "nearest", "default"]
-#: How the tiling was made: as tuned (``exact``), a tuned shape's tiling re-derived for the asked
-#: shape (``carried``), the op's heuristic (``default``).
+#: How the tiling was made: as tuned (``exact``), a tuned shape's choice re-derived for the asked
+#: shape (``carried``: its tiling, or the default where its tuned tiling was the default), the
+#: op's heuristic with no tuned shape to go by (``default``).
 Rule = Literal["exact", "carried", "default"]
 
 
@@ -76,9 +87,10 @@ class Answer:
     """A tiling for one asked shape, and where it came from.
 
     ``workload`` and ``latency_us`` are those of the table entry the tiling was tuned for
-    (None for ``default``; for ``nearest`` they are the neighbour's, whose tiling was re-derived
-    for the asked shape: ``rule`` is ``carried``); ``distance`` is 0 for ``exact``, the log2
-    distance for ``nearest``.
+    (for ``nearest`` the neighbour's, whose tiling was re-derived for the asked shape; for a
+    ``default`` of rule ``carried`` the neighbour's whose tuned tiling was its default; None for
+    the plain ``default``); ``distance`` is 0 for ``exact``, the log2 distance to that neighbour
+    otherwise.
     """
 
     tiling: Tiling
@@ -105,6 +117,7 @@ class _Group:
     __slots__ = (
         "cache",
         "carry",
+        "defaults",
         "dims",
         "dtype",
         "entries",
@@ -130,6 +143,9 @@ class _Group:
         self.relatives = [
             e.relative or self.carry.relative(e.tiling, e.shape) for e in self.entries
         ]
+        # Whether each entry's tiling is its default: as the table says, else found out the
+        # first time the entry is a candidate (a default tiling costs up to a millisecond).
+        self.defaults: list[bool | None] = [e.is_default for e in self.entries]
         self.exact: dict[Any, Answer] = {
             self.key(e.shape): Answer(e.tiling, "exact", e.workload, e.latency_us, 0.0)
             for e in self.entries
@@ -418,6 +434,15 @@ class TilingTable:
             distance += np.abs(column - where(dim, asked[dim]))
         for index, away in _nearest_first(distance, self.max_candidates):
             entry = group.entries[index]
+            tuned = group.exact[group.key(entry.shape)]  # its workload, hashed at load
+            is_default = group.defaults[index]
+            if is_default is None:
+                is_default = group.defaults[index] = is_default_tiling(entry)
+            if is_default:
+                default = group.spec.default_tiling(asked, group.dtype, group.profile)
+                return Answer(
+                    default, "default", tuned.workload, entry.latency_us, away, rule="carried"
+                )
             tiling = group.carry.derive(group.relatives[index], asked)
             try:
                 valid = tiling is not None and group.spec.valid(
@@ -426,7 +451,6 @@ class TilingTable:
             except TilewiseError:
                 valid = False
             if valid and tiling is not None:
-                tuned = group.exact[group.key(entry.shape)]  # its workload, hashed at load
                 return Answer(
                     tiling, "nearest", tuned.workload, entry.latency_us, away, rule="carried"
                 )

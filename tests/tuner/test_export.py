@@ -133,6 +133,7 @@ def test_table_document_from_the_database(store: st.Store) -> None:
             "singleCoreM": -(-256 // tiling["singleCoreM"]),
             "singleCoreN": -(-512 // tiling["singleCoreN"]),
         },
+        "is_default": True,  # _tune stores the default tiling
         "latency_us": 30.0,
         "default_latency_us": 60.0,
         "speedup": 2.0,
@@ -142,7 +143,7 @@ def test_table_document_from_the_database(store: st.Store) -> None:
     with store.session() as session:
         _tune(session, "linear_add_gelu", {"M": 64, "N": 64, "K": 64}, 3.0, version="0ld0ld0ld0ld")
         stale = [e for e in table_document(session)["entries"] if e["op_version"] == "0ld0ld0ld0ld"]
-    assert len(stale) == 1 and stale[0]["relative"] is None
+    assert len(stale) == 1 and stale[0]["relative"] is None and stale[0]["is_default"] is None
     # What the API serves loads as what the file does.
     json.loads(dump_document(everything))
     assert len(TilingTable.from_document(json.loads(dump_document(everything)))) == 3
@@ -374,10 +375,13 @@ def _tuned_entry(
     op: str, shape: dict[str, int], target: str, dtype: str, rng: random.Random
 ) -> dict[str, Any]:
     """An entry whose tiling is a random valid one of its shape's domains (as a tune may find),
-    the default tiling when none of a few hundred draws is valid."""
+    or one time in five the default (a tune that found nothing faster), the default too when
+    none of a few hundred draws is valid."""
     spec, profile = get_op(op), get_target(target)
     tunables = spec.tunables(Shape(shape), dtype, profile)
     record = _entry(op, shape, target, dtype)
+    if rng.random() < 0.2:
+        return record
     for _ in range(300):
         tiling = Tiling({t.name: rng.choice(t.values) for t in tunables})
         if spec.valid(tiling, Shape(shape), dtype, profile):
@@ -421,7 +425,7 @@ def test_header_answers_as_python_does(op: str, tmp_path: Path) -> None:
         queries.append(("cpu-twin", "float32", (128, 768, 512)))  # M=64 and M=256 tie
     assert len(queries) >= 100
 
-    counts = {"exact": 0, "carried valid": 0, "carried invalid": 0}
+    counts = {"exact": 0, "carried valid": 0, "carried invalid": 0, "tuned default": 0}
     for compiler, std in COMPILERS:
         exe = _build(header, op, tmp_path, compiler, std)
         c_answers = _ask_c(
@@ -442,6 +446,15 @@ def test_header_answers_as_python_does(op: str, tmp_path: Path) -> None:
                 continue
             group = [e for e in entries if (e["target"], e["dtype"]) == (target, dtype)]
             nearest = _nearest_reference(group, dims, asked)
+            nearest_shape = Shape(nearest["shape"])
+            if nearest["tiling"] == spec.default_tiling(nearest_shape, dtype, profile):
+                # Its tune found nothing faster: "use your default", the default in Python.
+                assert c == [0], (target, dtype, asked)
+                assert (py.source, py.rule) == ("default", "carried")
+                assert py.tiling == spec.default_tiling(shape, dtype, profile)
+                assert py.workload is not None and py.workload.shape == nearest_shape
+                counts["tuned default"] += 1
+                continue
             carried = spec.carry(
                 Tiling(nearest["tiling"]), Shape(nearest["shape"]), shape, dtype, profile
             )
@@ -460,12 +473,11 @@ def test_header_answers_as_python_does(op: str, tmp_path: Path) -> None:
                 counts["carried invalid"] += 1
     tuned = {(e["target"], e["dtype"], tuple(e["shape"][d] for d in dims)) for e in entries}
     assert counts["exact"] == sum(q in tuned for q in queries)
-    print(op, counts)
-    # Measured on 2026-11-26 with these seeds: the nearest carried tiling was valid for 97-100%
-    # of the shapes that were not tuned, for every op but layernorm_gelu (87%: a whole row
-    # of many rows per tile outgrows UB when H doubles).
+    assert counts["tuned default"] > 0, counts
+    # Measured on 2026-11-26 with these seeds: the nearest carried tiling was valid for 98-100%
+    # of the shapes that were not tuned.
     asked = counts["carried valid"] + counts["carried invalid"]
-    assert counts["carried valid"] >= 0.8 * asked, counts
+    assert counts["carried valid"] >= 0.95 * asked, counts
 
 
 def _fields(spec: Any, target: str, dtype: str, asked: tuple[int, ...]) -> list[str]:

@@ -81,12 +81,23 @@ def lag(m: int, n: int = 512, k: int = 256) -> dict[str, int]:
     return {"M": m, "N": n, "K": k}
 
 
+def winner(op: str, shape: dict[str, int], dtype: str = "float32") -> dict[str, int]:
+    """A tune's winner that is not the default tiling: the default with one choice changed (the
+    iteration order of a matmul, the queue depth of a vector op), valid all the same."""
+    spec = get_op(op)
+    default = spec.default_tiling(Shape(shape), dtype, TWIN)
+    field = "iterateOrder" if "iterateOrder" in default else "bufferNum"
+    tiling = default.replace(**{field: 3 - default[field] if field == "bufferNum" else 1})
+    assert tiling != default and spec.valid(tiling, Shape(shape), dtype, TWIN)
+    return dict(tiling)
+
+
 @pytest.fixture
 def table() -> TilingTable:
     return TilingTable.from_document(
         document(
-            entry("linear_add_gelu", lag(128), latency=10.0),
-            entry("linear_add_gelu", lag(1024), latency=50.0),
+            entry("linear_add_gelu", lag(128), latency=10.0, tiling=winner(LAG.name, lag(128))),
+            entry("linear_add_gelu", lag(1024), latency=50.0, tiling=winner(LAG.name, lag(1024))),
             entry("scale_relu_dropout", {"N": 65536}),
         )
     )
@@ -115,7 +126,7 @@ def test_import_is_light() -> None:
 def test_exact_answer_names_its_workload(table: TilingTable) -> None:
     answer = ask(table, lag(1024))
     assert answer.source == "exact"
-    assert answer.tiling == LAG.default_tiling(Shape(lag(1024)), "float32", TWIN)
+    assert answer.tiling == winner(LAG.name, lag(1024))
     assert answer.workload == Workload(
         "linear_add_gelu", LAG.version, "cpu-twin", "float32", Shape(lag(1024))
     )
@@ -129,7 +140,7 @@ def test_nearest_answer_is_valid_for_the_asked_shape(table: TilingTable) -> None
     assert answer.workload is not None and answer.workload.shape == Shape(lag(1024))
     assert answer.distance == pytest.approx(abs(10 - __import__("math").log2(1000)))
     assert LAG.check(answer.tiling, Shape(lag(1000)), "float32", TWIN).valid
-    tuned = LAG.default_tiling(Shape(lag(1024)), "float32", TWIN)
+    tuned = Tiling(winner(LAG.name, lag(1024)))
     assert answer.tiling == LAG.carry(tuned, Shape(lag(1024)), Shape(lag(1000)), "float32", TWIN)
     assert answer.to_dict()["rule"] == "carried"
 
@@ -139,7 +150,7 @@ def test_nearest_carries_the_core_split_over(table: TilingTable) -> None:
     # M=128 splits M in 8 blocks of 16 rows; copied, 13 × 3 blocks would need 39 cores (the
     # target has 24); carried, M=200 is cut in 8 pieces again, of 32 rows (7 × 3 blocks).
     asked = Shape(lag(200))
-    closer = LAG.default_tiling(Shape(lag(128)), "float32", TWIN)
+    closer = Tiling(winner(LAG.name, lag(128)))
     assert closer["singleCoreM"] == 16
     assert not LAG.check(closer, asked, "float32", TWIN).valid
     answer = ask(table, lag(200))
@@ -153,7 +164,11 @@ LN_WHOLE = {"R": 4096, "H": 4096}
 #: One whole row of 4096 per UB tile, single-buffered: valid at H=4096, and carried to a longer
 #: row still one whole row per tile, which outgrows UB by H=12000 (the row's buffers alone).
 WHOLE_ROW = {"rowsPerTile": 1, "hTile": 4096, "blockDim": 48, "bufferNum": 1}
-LN_CHUNKED = {"R": 4096, "H": 40000}  # default: rows in chunks of 4096
+LN_CHUNKED = {"R": 4096, "H": 40000}  # rows in chunks of 4096
+
+
+def ln_entry(shape: dict[str, int], tiling: dict[str, int] | None = None) -> dict[str, Any]:
+    return entry("layernorm_gelu", shape, tiling=tiling or winner("layernorm_gelu", shape))
 
 
 def ln(h: int) -> dict[str, int]:
@@ -170,12 +185,7 @@ def test_nearest_skips_a_closer_entry_whose_carried_tiling_is_invalid() -> None:
     carried = spec.carry(Tiling(WHOLE_ROW), Shape(LN_WHOLE), asked, "float32", TWIN)
     assert carried is not None and carried["hTile"] == 12000
     assert not spec.valid(carried, asked, "float32", TWIN)
-    table = TilingTable.from_document(
-        document(
-            entry("layernorm_gelu", LN_WHOLE, tiling=WHOLE_ROW),
-            entry("layernorm_gelu", LN_CHUNKED),
-        )
-    )
+    table = TilingTable.from_document(document(ln_entry(LN_WHOLE, WHOLE_ROW), ln_entry(LN_CHUNKED)))
     # H=12000 is 1.55 log2 steps from 4096 and 1.74 from 40000: the farther entry answers.
     answer = ask_ln(table, 12000)
     assert (answer.source, answer.rule) == ("nearest", "carried")
@@ -184,9 +194,45 @@ def test_nearest_skips_a_closer_entry_whose_carried_tiling_is_invalid() -> None:
     assert answer.tiling["hTile"] == 4096 and spec.valid(answer.tiling, asked, "float32", TWIN)
 
 
+def test_a_tuned_default_carries_over_as_the_default() -> None:
+    """Where the tune found nothing faster than the default, the default is what carries over:
+    the asked shape's own default tiling, not the neighbour's default re-derived."""
+    table = TilingTable.from_document(document(entry("linear_add_gelu", lag(128))))
+    assert ask(table, lag(128)).source == "exact"
+    answer = ask(table, lag(200))
+    assert (answer.source, answer.rule) == ("default", "carried")
+    assert answer.tiling == LAG.default_tiling(Shape(lag(200)), "float32", TWIN)
+    assert answer.workload is not None and answer.workload.shape == Shape(lag(128))
+    assert answer.distance == pytest.approx(math.log2(200 / 128))
+    carried = LAG.carry(
+        LAG.default_tiling(Shape(lag(128)), "float32", TWIN),
+        Shape(lag(128)),
+        Shape(lag(200)),
+        "float32",
+        TWIN,
+    )
+    assert carried != answer.tiling  # what the carry rules alone would have answered
+
+
+def test_the_tables_is_default_is_what_counts() -> None:
+    """A version-2 entry says whether its tiling is the default; the reader takes its word (both
+    answers are valid tilings: the default, or the carried tiling after the checks)."""
+    said_default = {**entry("linear_add_gelu", lag(128), tiling=winner(LAG.name, lag(128)))}
+    said_default["is_default"] = True
+    answer = ask(TilingTable.from_document(document(said_default)), lag(200))
+    assert (answer.source, answer.rule) == ("default", "carried")
+    said_tuned = {**entry("linear_add_gelu", lag(128)), "is_default": False}
+    answer = ask(TilingTable.from_document(document(said_tuned)), lag(200))
+    assert (answer.source, answer.rule) == ("nearest", "carried")
+    # Version 1 has no such key: found out from the op spec.
+    v1 = {**document(said_tuned), "format_version": 1}
+    answer = ask(TilingTable.from_document(v1), lag(200))
+    assert (answer.source, answer.rule) == ("default", "carried")
+
+
 def test_default_when_no_entry_is_valid_or_near() -> None:
     spec = get_op("layernorm_gelu")
-    table = TilingTable.from_document(document(entry("layernorm_gelu", LN_WHOLE, tiling=WHOLE_ROW)))
+    table = TilingTable.from_document(document(ln_entry(LN_WHOLE, WHOLE_ROW)))
     answer = ask_ln(table, 12000)  # the only entry's carried tiling overflows UB
     assert answer.source == "default" and answer.workload is None and answer.latency_us is None
     assert answer.rule == "default"
@@ -201,9 +247,7 @@ def test_default_when_no_entry_is_valid_or_near() -> None:
 
 
 def test_max_candidates_bounds_the_walk() -> None:
-    doc = document(
-        entry("layernorm_gelu", LN_WHOLE, tiling=WHOLE_ROW), entry("layernorm_gelu", LN_CHUNKED)
-    )
+    doc = document(ln_entry(LN_WHOLE, WHOLE_ROW), ln_entry(LN_CHUNKED))
     assert ask_ln(TilingTable.from_document(doc, max_candidates=1), 12000).source == "default"
     assert ask_ln(TilingTable.from_document(doc, max_candidates=2), 12000).source == "nearest"
 
@@ -307,8 +351,8 @@ def test_an_entry_whose_tiling_fields_are_not_the_ops_tunables_is_left_out(
 
 def test_json_file_round_trip(tmp_path: Path, table: TilingTable) -> None:
     doc = document(
-        entry("linear_add_gelu", lag(128), latency=10.0),
-        entry("linear_add_gelu", lag(1024), latency=50.0),
+        entry("linear_add_gelu", lag(128), latency=10.0, tiling=winner(LAG.name, lag(128))),
+        entry("linear_add_gelu", lag(1024), latency=50.0, tiling=winner(LAG.name, lag(1024))),
         entry("scale_relu_dropout", {"N": 65536}),
     )
     path = tmp_path / "table.json"
@@ -325,8 +369,8 @@ def test_a_version_1_table_loads_and_carries_as_version_2_does(tmp_path: Path) -
     v2 = document(
         entry("linear_add_gelu", lag(128), latency=10.0),
         entry("linear_add_gelu", lag(1024), latency=50.0),
-        entry("layernorm_gelu", LN_WHOLE, tiling=WHOLE_ROW),
-        entry("layernorm_gelu", LN_CHUNKED),
+        ln_entry(LN_WHOLE, WHOLE_ROW),
+        ln_entry(LN_CHUNKED),
         entry("scale_relu_dropout", {"N": 65536}),
     )
     v1 = {**v2, "format_version": 1, "entries": [dict(e) for e in v2["entries"]]}
@@ -446,6 +490,7 @@ BAD_ENTRIES = [
     (_with(relative={"tileLength": 256}), "relative: fields tileLength are not the tiling's"),
     (_with(relative__tileLength="256"), "relative.tileLength: expected an integer"),
     (_with(relative=[]), "relative: expected a non-empty object, got a list"),
+    (_with(is_default="yes"), "is_default: expected true, false or null, got 'yes'"),
     (
         _with(relative__tileLength=1),
         r"relative tileLength=1 disagrees with the op's carry rules \(tileLength=\d+\)",

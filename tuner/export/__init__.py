@@ -13,7 +13,7 @@ writes, what ``GET /v1/tables/{op}`` serves and what :mod:`tilewise.runtime` loa
         {"op": "linear_add_gelu", "op_version": "3f2a9c0d1e2b", "target": "cpu-twin",
          "dtype": "float32", "shape": {"M": 1024, "N": 1024, "K": 512},
          "tiling": {"baseM": 128, ..., "singleCoreM": 128, ...},
-         "relative": {"baseM": 128, ..., "singleCoreM": 8, ...},
+         "relative": {"baseM": 128, ..., "singleCoreM": 8, ...}, "is_default": false,
          "latency_us": 812.5, "default_latency_us": 1204.0, "speedup": 1.48, "evaluations": 40}
       ]
     }
@@ -21,9 +21,11 @@ writes, what ``GET /v1/tables/{op}`` serves and what :mod:`tilewise.runtime` loa
 ``relative`` (since version 2) is the tiling in the form that carries over to other shapes, by
 the op's carry rules (:mod:`tilewise.kernels.ops._carry`): a core split as its number of pieces
 (``singleCoreM`` 128 of M = 1024 is 8), a whole-row length as 0, other fields as they are. The
-runtime and the C header re-derive a nearest entry's tiling for the asked shape from it. It is
-null for entries of op versions other than the exporting code's. A version-1 document (no
-``relative``) still loads: the reader derives the relative form from the op spec.
+runtime and the C header re-derive a nearest entry's tiling for the asked shape from it.
+``is_default`` (since version 2) says that the tiling is the op's default tiling at its shape
+(the tune found nothing faster beyond noise): such an entry carries over as the default tiling of
+the asked shape. Both are null for entries of op versions other than the exporting code's. A
+version-1 document (neither key) still loads: the reader derives both from the op spec.
 
 Loading checks it (:func:`load_entries`, :func:`parse_table`). A document that is not JSON,
 not of this format, of a format version not read here (saying which was found and which are
@@ -51,6 +53,7 @@ from tilewise.export._document import (
     canonical_filters,
     checked_relative,
     dump_document,
+    is_default_tiling,
     load_entries,
     parse_table,
     relative_form,
@@ -68,6 +71,7 @@ __all__ = [
     "canonical_filters",
     "checked_relative",
     "dump_document",
+    "is_default_tiling",
     "load_entries",
     "parse_table",
     "relative_form",

@@ -7,7 +7,7 @@ import json
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -54,6 +54,9 @@ class TableEntry:
     evaluations: int
     #: The tiling's relative form (see the module docstring); None when the document has none.
     relative: Tiling | None = None
+    #: Whether the tiling is the op's default tiling at this shape (nothing beat it): it then
+    #: carries over as the default of the asked shape. None when the document does not say.
+    is_default: bool | None = None
 
     @property
     def workload(self) -> Workload:
@@ -68,6 +71,7 @@ class TableEntry:
             "shape": dict(self.shape),
             "tiling": dict(self.tiling),
             "relative": None if self.relative is None else dict(self.relative),
+            "is_default": self.is_default,
             "latency_us": self.latency_us,
             "default_latency_us": self.default_latency_us,
             "speedup": self.speedup,
@@ -106,8 +110,10 @@ def table_document(
 
     op, target, dtype = canonical_filters(op, target, dtype)
     rows = best_tilings(session, op=op, target=target, dtype=dtype)
-    entries = [
-        TableEntry(
+    entries = []
+    for w, t in rows:
+        relative = relative_form(w.workload, t.tiling)
+        entry = TableEntry(
             op=w.op,
             op_version=w.op_version,
             target=w.target,
@@ -118,10 +124,11 @@ def table_document(
             default_latency_us=t.default_latency_us,
             speedup=t.speedup,
             evaluations=t.evaluations,
-            relative=relative_form(w.workload, t.tiling),
-        ).to_dict()
-        for w, t in rows
-    ]
+            relative=relative,
+        )
+        if relative is not None:  # an op, version and target this code runs
+            entry = replace(entry, is_default=is_default_tiling(entry))
+        entries.append(entry.to_dict())
     return {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -149,6 +156,16 @@ def relative_form(workload: Workload, tiling: Tiling) -> Tiling | None:
     if set(tiling) != set(rules.fields):
         return None
     return rules.relative(tiling, workload.shape)
+
+
+def is_default_tiling(entry: TableEntry) -> bool:
+    """Whether the entry's tiling is its op's default tiling at its shape (an op and target
+    this code knows)."""
+    from tilewise.kernels.ops import get_op
+    from tilewise.kernels.targets import get_target
+
+    spec = get_op(entry.op)
+    return entry.tiling == spec.default_tiling(entry.shape, entry.dtype, get_target(entry.target))
 
 
 def checked_relative(entry: TableEntry, spec: OpSpec, target: TargetProfile) -> Tiling:
@@ -280,7 +297,13 @@ def _entry(item: object, where: str, *, relative: bool) -> TableEntry:
     if not isinstance(item, dict):
         raise TableFormatError(f"{where}: expected an object, got {_kind(item)}")
     tiling = Tiling(_int_map(item, "tiling", where, low=-INT32_MAX, high=INT32_MAX))
-    carried = None
+    carried, is_default = None, None
+    if relative and item.get("is_default") is not None:
+        is_default = item["is_default"]
+        if not isinstance(is_default, bool):
+            raise TableFormatError(
+                f"{where}.is_default: expected true, false or null, got {_short(is_default)}"
+            )
     if relative and item.get("relative") is not None:
         carried = Tiling(_int_map(item, "relative", where, low=-INT32_MAX, high=INT32_MAX))
         if set(carried) != set(tiling):
@@ -300,6 +323,7 @@ def _entry(item: object, where: str, *, relative: bool) -> TableEntry:
         speedup=_number(item, "speedup", where),
         evaluations=_int(item.get("evaluations"), f"{where}.evaluations", low=0, high=INT32_MAX),
         relative=carried,
+        is_default=is_default,
     )
 
 

@@ -17,6 +17,7 @@ from tilewise.export._document import (
     TableEntry,
     TableFormatError,
     checked_relative,
+    is_default_tiling,
     load_entries,
 )
 from tilewise.types import Shape, Tiling
@@ -61,6 +62,7 @@ def render_header(doc: Mapping[str, Any], *, op: str) -> str:
         groups.setdefault((e.target, e.dtype), []).append(e)
     fields: list[str] | None = None
     relatives: dict[int, Tiling] = {}
+    defaults: dict[int, bool] = {}
     for (target, dtype), group in groups.items():
         spec.validate_dtype(dtype)
         if get_target(target).name != target:  # names go into C strings: only canonical ones
@@ -78,6 +80,7 @@ def render_header(doc: Mapping[str, Any], *, op: str) -> str:
                 raise InputError(f"{op}: entry shape {e.shape} does not have the dims {dims}")
             spec.validate_shape(e.shape)
             relatives[id(e)] = checked_relative(e, spec, get_target(target))
+            defaults[id(e)] = e.is_default if e.is_default is not None else is_default_tiling(e)
     if fields is None:
         from tilewise.kernels.targets import twin_target
 
@@ -103,6 +106,7 @@ def render_header(doc: Mapping[str, Any], *, op: str) -> str:
                 braces(logs),
                 braces(e.tiling[f] for f in fields),
                 braces(relative[f] for f in fields),
+                int(defaults[id(e)]),
             )
         )
 

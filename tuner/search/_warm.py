@@ -3,9 +3,10 @@
 A tiling that won on a nearby shape of the same op, target and dtype is a good first guess: the
 best tilings of the nearest tuned shapes (distance: :meth:`OpSpec.shape_distance`, the sum over
 dims of |log2 ratio|), carried over to the new shape as the runtime carries them
-(:meth:`OpSpec.carry`: the same core split in pieces, base blocks within the new core blocks)
-and moved into the new shape's domains (:meth:`OpSpec.snap`; a study only takes values of its
-distributions), that pass the op's static check there are measured before anything else.
+(:meth:`OpSpec.carry`: the same core split in pieces, base blocks within the new core blocks;
+a neighbour's default tiling as this shape's default) and moved into the new shape's domains
+(:meth:`OpSpec.snap`; a study only takes values of its distributions), that pass the op's
+static check there are measured before anything else.
 """
 
 from __future__ import annotations
@@ -57,7 +58,11 @@ def nearest_tuned_tilings(
                 break
             if set(tuned_tiling) != names:
                 continue
-            carried = spec.carry(tuned_tiling, workload.shape, shape, dtype, target)
+            if tuned_tiling == spec.default_tiling(workload.shape, dtype, target):
+                # Nothing beat the default there: the default carries over (as in the runtime).
+                carried: Tiling | None = spec.default_tiling(shape, dtype, target)
+            else:
+                carried = spec.carry(tuned_tiling, workload.shape, shape, dtype, target)
             if carried is None:
                 continue
             tiling = spec.snap(carried, shape, dtype, target)
