@@ -85,15 +85,15 @@ def other_tiling(spec: OpSpec, shape: Shape, dtype: str) -> Tiling:
 
 
 def neighbour(spec: OpSpec, shape: Shape, dtype: str) -> tuple[TableEntry, Tiling]:
-    """An entry at another shape whose tiling, carried over to ``shape``, passes the checks
-    there; and that carried tiling."""
+    """An entry at another shape whose tiling (not the default there: a default carries over as
+    the default), carried over to ``shape``, passes the checks there; and that carried tiling."""
     for dim in spec.dims:
         for value in (shape[dim] + 1, shape[dim] * 2, shape[dim] - 1):
             try:
                 near = spec.validate_shape({**shape, dim: value})
             except InputError:
                 continue
-            tiling = spec.default_tiling(near, dtype, TWIN)
+            tiling = other_tiling(spec, near, dtype)
             carried = spec.carry(tiling, near, shape, dtype, TWIN)
             if near != shape and carried is not None and spec.valid(carried, shape, dtype, TWIN):
                 return table_entry(spec, near, dtype, tiling), carried
