@@ -50,7 +50,9 @@ def _per(a: int, b: int) -> int:
 
 
 def _plain(values: Mapping[str, int]) -> dict[str, int]:
-    return dict(values.entries) if isinstance(values, Tiling) else dict(values)
+    if isinstance(values, Tiling):
+        return dict(values._index)  # type: ignore[attr-defined]  # a copy of its own dict
+    return dict(values)
 
 
 class _Kind:
@@ -103,9 +105,12 @@ class _Whole(_Kind):
 
 class _Cap(_Kind):
     def derive(self, stored: int, size: int, carry: Carry, bound: int, domain: Domain) -> int:
-        limit = min(stored, bound)
-        below = [v for v in domain if v <= limit]
-        return max(below) if below else domain[0]
+        limit = stored if stored < bound else bound
+        best = domain[0]
+        for v in domain:
+            if v <= limit and (best > limit or v > best):
+                best = v
+        return best
 
     def c(self, stored: str, size: str, carry: Carry, bound: str) -> str:
         return f"tilewise_cap_({stored}, {bound}, d, (int)(sizeof d / sizeof d[0]))"
@@ -139,6 +144,19 @@ class CarryRules:
         #: Rules in the order they apply: every rule but the caps first, then the caps in their
         #: declaration order (a cap's bound reads values carried before it).
         self.rules = rules
+        # What derive reads of each rule, unpacked once: derive runs per nearest candidate.
+        self._plan = tuple(
+            (
+                r.field,
+                r.kind.derive,
+                r.carry,
+                r.carry.extent,
+                tuple((b.field, b.extent, b.per, b.align) for b in r.carry.bounds),
+                r.domain,
+                r.carry.product,
+            )
+            for r in rules
+        )
         #: The extents (products of :meth:`OpSpec.extents` names) the rules read.
         self.extents: tuple[tuple[str, ...], ...] = tuple(
             dict.fromkeys(
@@ -166,18 +184,21 @@ class CarryRules:
         int32 (a split of an extent beyond it)."""
         sizes = self._sizes(shape)
         out = _plain(relative)
-        for field, carry, kind, domain in self.rules:
+        for field, derive, carry, extent, bounds, domain, product in self._plan:
             bound = INT32_MAX
-            for b in carry.bounds:
-                x = out[b.field] if b.field is not None else sizes[b.extent]
-                per = out[b.per] if b.per is not None else 1
-                bound = min(bound, _round(_div(x, per), b.align))
-            stored = out[field] if carry.product is None else _per(out[field], out[carry.product])
-            value = kind.derive(stored, sizes.get(carry.extent, 0), carry, bound, domain)
+            for b_field, b_extent, b_per, b_align in bounds:
+                x = out[b_field] if b_field is not None else sizes[b_extent]
+                if b_per is not None:
+                    x = _div(x, out[b_per])
+                x = _round(x, b_align)
+                if x < bound:
+                    bound = x
+            stored = out[field] if product is None else _per(out[field], out[product])
+            value = derive(stored, sizes.get(extent, 0), carry, bound, domain)
             if not -INT32_MAX <= value <= INT32_MAX:
                 return None
             out[field] = value
-        return Tiling(out)
+        return Tiling.of_ints(out)
 
     def carry(self, tiling: Mapping[str, int], tuned: Shape, asked: Shape) -> Tiling | None:
         """``tiling`` of the ``tuned`` shape carried over to ``asked`` (itself when they are the
