@@ -248,13 +248,14 @@ def load_entries(doc: object, *, source: str = "tiling table") -> Loaded:
     found_format = doc.get("format")
     if found_format != FORMAT:
         raise TableFormatError(
-            f"{source}: not a tilewise tiling table (format {found_format!r}, expected {FORMAT!r})"
+            f"{source}: not a tilewise tiling table (format {_short(found_format)}, "
+            f"expected {FORMAT!r})"
         )
     version = doc.get("format_version")
     if version not in READ_VERSIONS or isinstance(version, bool):
         newer = isinstance(version, int) and version > FORMAT_VERSION
         raise TableFormatError(
-            f"{source}: tiling table format version {version!r} is not supported; this "
+            f"{source}: tiling table format version {_short(version)} is not supported; this "
             f"tilewise {__version__} reads versions {', '.join(map(str, READ_VERSIONS))}"
             + ("; upgrade tilewise to read it" if newer else "; export the table again")
         )
