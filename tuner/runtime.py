@@ -18,7 +18,10 @@ The fallback order, and the ``source`` (and ``rule``) each rule answers with:
    shape allows), the first such tiling that passes the op's validity rules and on-chip memory
    limits for the asked shape (``OpSpec.valid``). An entry whose tuned tiling is its shape's
    default tiling (nothing beat it: the entry's ``is_default``) carries over as the asked
-   shape's default tiling: source ``default``, rule ``carried``, with that entry's workload.
+   shape's default tiling: source ``default``, rule ``kept_default``, with that entry's
+   workload; so does one whose tiling, carried to the table's other tuned shapes, was measured
+   slower than their default (``carry_slower``; :mod:`tilewise.export._evidence`): rule
+   ``measured_slower``.
    Distance: the sum over dims of ``|log2(asked) - log2(tuned)|`` (for a dim that may be 0,
    such as a padding, of ``log2(1 + value)``: ``OpSpec.log_position``); ties go to the smaller
    tuned shape in the op's dims order. At most ``max_candidates`` entries are tried, nearest
@@ -76,10 +79,12 @@ __all__ = ["Answer", "Rule", "Source", "TilingTable"]
 _log = logging.getLogger(__name__)
 
 Source = Literal["exact", "nearest", "default"]
-#: How the tiling was made: as tuned (``exact``), a tuned shape's choice re-derived for the asked
-#: shape (``carried``: its tiling, or the default where its tuned tiling was the default), the
-#: op's heuristic with no tuned shape to go by (``default``).
-Rule = Literal["exact", "carried", "default"]
+#: How the tiling was chosen: as tuned (``exact``); the nearest tuned shape's tiling re-derived
+#: for the asked shape (``carried``); the asked shape's default because the nearest tuned shape
+#: kept its default (``kept_default``) or because its tiling, carried to other tuned shapes,
+#: was measured slower than their default (``measured_slower``); the default with no tuned shape
+#: to go by (``default``).
+Rule = Literal["exact", "carried", "kept_default", "measured_slower", "default"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,9 +93,11 @@ class Answer:
 
     ``workload`` and ``latency_us`` are those of the table entry the tiling was tuned for
     (for ``nearest`` the neighbour's, whose tiling was re-derived for the asked shape; for a
-    ``default`` of rule ``carried`` the neighbour's whose tuned tiling was its default; None for
-    the plain ``default``); ``distance`` is 0 for ``exact``, the log2 distance to that neighbour
-    otherwise.
+    ``default`` of rule ``kept_default`` or ``measured_slower`` the neighbour's that decided it;
+    None for the plain ``default``); ``distance`` is 0 for ``exact``, the log2 distance to that
+    neighbour otherwise. ``predicted_gain`` is that neighbour's tiling's measured gain over the
+    default where it was carried to other tuned shapes (the default's latency over its; None
+    without such measurements).
     """
 
     tiling: Tiling
@@ -99,6 +106,7 @@ class Answer:
     latency_us: float | None
     distance: float | None = None
     rule: Rule = "exact"
+    predicted_gain: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -108,6 +116,7 @@ class Answer:
             "latency_us": self.latency_us,
             "distance": self.distance,
             "rule": self.rule,
+            "predicted_gain": self.predicted_gain,
         }
 
 
@@ -438,10 +447,15 @@ class TilingTable:
             is_default = group.defaults[index]
             if is_default is None:
                 is_default = group.defaults[index] = is_default_tiling(entry)
-            if is_default:
-                default = group.spec.default_tiling(asked, group.dtype, group.profile)
+            if is_default or entry.carry_slower:
                 return Answer(
-                    default, "default", tuned.workload, entry.latency_us, away, rule="carried"
+                    group.spec.default_tiling(asked, group.dtype, group.profile),
+                    "default",
+                    tuned.workload,
+                    entry.latency_us,
+                    away,
+                    rule="kept_default" if is_default else "measured_slower",
+                    predicted_gain=entry.carry_gain,
                 )
             tiling = group.carry.derive(group.relatives[index], asked)
             try:
@@ -452,7 +466,13 @@ class TilingTable:
                 valid = False
             if valid and tiling is not None:
                 return Answer(
-                    tiling, "nearest", tuned.workload, entry.latency_us, away, rule="carried"
+                    tiling,
+                    "nearest",
+                    tuned.workload,
+                    entry.latency_us,
+                    away,
+                    rule="carried",
+                    predicted_gain=entry.carry_gain,
                 )
         return None
 

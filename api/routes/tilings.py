@@ -31,6 +31,7 @@ def lookup_tiling(what: WorkloadQueryDep, lookup: LookupDep) -> LookupPublic:
         latency_us=answer.latency_us,
         distance=answer.distance,
         rule=answer.rule,
+        predicted_gain=answer.predicted_gain,
     )
 
 

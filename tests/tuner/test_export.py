@@ -134,6 +134,8 @@ def test_table_document_from_the_database(store: st.Store) -> None:
             "singleCoreN": -(-512 // tiling["singleCoreN"]),
         },
         "is_default": True,  # _tune stores the default tiling
+        "carry_gain": None,  # one shape of its kind: nothing was carried to another
+        "carry_slower": None,
         "latency_us": 30.0,
         "default_latency_us": 60.0,
         "speedup": 2.0,
@@ -147,6 +149,92 @@ def test_table_document_from_the_database(store: st.Store) -> None:
     # What the API serves loads as what the file does.
     json.loads(dump_document(everything))
     assert len(TilingTable.from_document(json.loads(dump_document(everything)))) == 3
+
+
+def _measure(
+    session: Any, workload_id: int, tiling: Tiling, latency: float, *, spread: float = 0.02
+) -> int:
+    record = st.add_record(
+        session,
+        workload_id=workload_id,
+        tiling=tiling,
+        status="ok",
+        latency_us=latency,
+        spread=spread,
+        source="search",
+        env={"host": "test"},
+    )
+    return record.id
+
+
+def _tuned_with_records(
+    session: Any,
+    shape: dict[str, int],
+    best: Tiling,
+    measured: dict[Tiling, float],
+    *,
+    spread: float = 0.02,
+) -> None:
+    """A tuned linear_add_gelu workload: ``measured`` tilings recorded, ``best`` stored."""
+    twin = get_target("cpu-twin")
+    workload = st.commit_workload(
+        session, Workload(LAG.name, LAG.version, "cpu-twin", "float32", Shape(shape))
+    )
+    ids = {t: _measure(session, workload.id, t, us, spread=spread) for t, us in measured.items()}
+    default = LAG.default_tiling(Shape(shape), "float32", twin)
+    st.upsert_tiling(
+        session,
+        workload_id=workload.id,
+        record_id=ids[best],
+        tiling=best,
+        latency_us=measured[best],
+        default_latency_us=measured[default],
+        speedup=measured[default] / measured[best],
+        evaluations=len(measured),
+    )
+
+
+@pytest.mark.parametrize(
+    ("carried_us", "spread", "slower", "rule"),
+    [
+        (150.0, 0.02, True, "measured_slower"),  # a third slower than the default there
+        (97.0, 0.02, False, "carried"),  # faster
+        (103.0, 0.05, False, "carried"),  # 3% slower, within the records' spread of 5%
+        (103.0, 0.02, True, "measured_slower"),  # the same beyond a spread of 2%
+    ],
+)
+def test_a_tiling_measured_slower_where_it_was_carried_carries_as_the_default(
+    store: st.Store, carried_us: float, spread: float, slower: bool, rule: str
+) -> None:
+    """The warm start of a later tune measured the first tune's winner, carried over, beside
+    that shape's default: the table says how it did, and the runtime answers accordingly."""
+    twin = get_target("cpu-twin")
+    first, second = {"M": 128, "N": 512, "K": 256}, {"M": 512, "N": 512, "K": 256}
+    winner = LAG.default_tiling(Shape(first), "float32", twin).replace(iterateOrder=1)
+    default_1 = LAG.default_tiling(Shape(first), "float32", twin)
+    default_2 = LAG.default_tiling(Shape(second), "float32", twin)
+    carried = LAG.carry(winner, Shape(first), Shape(second), "float32", twin)
+    assert carried is not None and carried != default_2
+    with store.session() as session:
+        _tuned_with_records(session, first, winner, {default_1: 60.0, winner: 50.0})
+        _tuned_with_records(
+            session, second, default_2, {default_2: 100.0, carried: carried_us}, spread=spread
+        )
+    with store.session() as session:
+        doc = table_document(session, op=LAG.name)
+    by_shape = {Shape(e["shape"]): e for e in doc["entries"]}
+    entry, gain = by_shape[Shape(first)], 100.0 / carried_us
+    assert entry["carry_gain"] == pytest.approx(gain) and entry["carry_slower"] is slower
+    assert by_shape[Shape(second)]["is_default"] is True
+    table = TilingTable.from_document(doc)
+    asked = {"M": 160, "N": 512, "K": 256}  # nearest to the first
+    answer = table.lookup(LAG.name, target="cpu-twin", dtype="float32", shape=asked)
+    assert answer.rule == rule and answer.predicted_gain == pytest.approx(gain)
+    assert answer.workload is not None and answer.workload.shape == Shape(first)
+    if slower:
+        assert answer.tiling == LAG.default_tiling(Shape(asked), "float32", twin)
+    else:
+        assert answer.tiling == LAG.carry(winner, Shape(first), Shape(asked), "float32", twin)
 
 
 @pytest.mark.parametrize(
@@ -376,7 +464,8 @@ def _tuned_entry(
 ) -> dict[str, Any]:
     """An entry whose tiling is a random valid one of its shape's domains (as a tune may find),
     or one time in five the default (a tune that found nothing faster), the default too when
-    none of a few hundred draws is valid."""
+    none of a few hundred draws is valid. One non-default tiling in six was measured slower
+    than the default where it was carried to other tuned shapes."""
     spec, profile = get_op(op), get_target(target)
     tunables = spec.tunables(Shape(shape), dtype, profile)
     record = _entry(op, shape, target, dtype)
@@ -386,6 +475,8 @@ def _tuned_entry(
         tiling = Tiling({t.name: rng.choice(t.values) for t in tunables})
         if spec.valid(tiling, Shape(shape), dtype, profile):
             record["tiling"] = dict(tiling)
+            if rng.random() < 1 / 6:
+                record |= {"carry_gain": 0.8, "carry_slower": True}
             break
     return record
 
@@ -425,7 +516,9 @@ def test_header_answers_as_python_does(op: str, tmp_path: Path) -> None:
         queries.append(("cpu-twin", "float32", (128, 768, 512)))  # M=64 and M=256 tie
     assert len(queries) >= 100
 
-    counts = {"exact": 0, "carried valid": 0, "carried invalid": 0, "tuned default": 0}
+    counts = dict.fromkeys(
+        ("exact", "carried valid", "carried invalid", "tuned default", "measured slower"), 0
+    )
     for compiler, std in COMPILERS:
         exe = _build(header, op, tmp_path, compiler, std)
         c_answers = _ask_c(
@@ -450,10 +543,21 @@ def test_header_answers_as_python_does(op: str, tmp_path: Path) -> None:
             if nearest["tiling"] == spec.default_tiling(nearest_shape, dtype, profile):
                 # Its tune found nothing faster: "use your default", the default in Python.
                 assert c == [0], (target, dtype, asked)
-                assert (py.source, py.rule) == ("default", "carried")
+                assert (py.source, py.rule) == ("default", "kept_default")
                 assert py.tiling == spec.default_tiling(shape, dtype, profile)
                 assert py.workload is not None and py.workload.shape == nearest_shape
                 counts["tuned default"] += 1
+                continue
+            if nearest.get("carry_slower"):
+                # Carried elsewhere, it was slower than the default: the default, in C too.
+                assert c == [0], (target, dtype, asked)
+                assert (py.source, py.rule, py.predicted_gain) == (
+                    "default",
+                    "measured_slower",
+                    0.8,
+                )
+                assert py.tiling == spec.default_tiling(shape, dtype, profile)
+                counts["measured slower"] += 1
                 continue
             carried = spec.carry(
                 Tiling(nearest["tiling"]), Shape(nearest["shape"]), shape, dtype, profile
@@ -473,7 +577,7 @@ def test_header_answers_as_python_does(op: str, tmp_path: Path) -> None:
                 counts["carried invalid"] += 1
     tuned = {(e["target"], e["dtype"], tuple(e["shape"][d] for d in dims)) for e in entries}
     assert counts["exact"] == sum(q in tuned for q in queries)
-    assert counts["tuned default"] > 0, counts
+    assert counts["tuned default"] > 0 and counts["measured slower"] > 0, counts
     # Measured on 2026-11-26 with these seeds: the nearest carried tiling was valid for 98-100%
     # of the shapes that were not tuned.
     asked = counts["carried valid"] + counts["carried invalid"]

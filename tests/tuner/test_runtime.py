@@ -200,7 +200,7 @@ def test_a_tuned_default_carries_over_as_the_default() -> None:
     table = TilingTable.from_document(document(entry("linear_add_gelu", lag(128))))
     assert ask(table, lag(128)).source == "exact"
     answer = ask(table, lag(200))
-    assert (answer.source, answer.rule) == ("default", "carried")
+    assert (answer.source, answer.rule) == ("default", "kept_default")
     assert answer.tiling == LAG.default_tiling(Shape(lag(200)), "float32", TWIN)
     assert answer.workload is not None and answer.workload.shape == Shape(lag(128))
     assert answer.distance == pytest.approx(math.log2(200 / 128))
@@ -220,14 +220,14 @@ def test_the_tables_is_default_is_what_counts() -> None:
     said_default = {**entry("linear_add_gelu", lag(128), tiling=winner(LAG.name, lag(128)))}
     said_default["is_default"] = True
     answer = ask(TilingTable.from_document(document(said_default)), lag(200))
-    assert (answer.source, answer.rule) == ("default", "carried")
+    assert (answer.source, answer.rule) == ("default", "kept_default")
     said_tuned = {**entry("linear_add_gelu", lag(128)), "is_default": False}
     answer = ask(TilingTable.from_document(document(said_tuned)), lag(200))
     assert (answer.source, answer.rule) == ("nearest", "carried")
     # Version 1 has no such key: found out from the op spec.
     v1 = {**document(said_tuned), "format_version": 1}
     answer = ask(TilingTable.from_document(v1), lag(200))
-    assert (answer.source, answer.rule) == ("default", "carried")
+    assert (answer.source, answer.rule) == ("default", "kept_default")
 
 
 def test_default_when_no_entry_is_valid_or_near() -> None:
@@ -388,7 +388,7 @@ def test_a_version_1_table_loads_and_carries_as_version_2_does(tmp_path: Path) -
         assert ask(old, shape) == ask(new, shape)
     for h in (4096, 3000, 12000, 100000):
         assert ask_ln(old, h) == ask_ln(new, h)
-    assert ask(old, lag(200)).rule == "carried"
+    assert ask(old, lag(200)).rule == "kept_default"
     assert [ask_ln(old, h).source for h in (4096, 12000)] == ["exact", "nearest"]
     # Version 2 keeps what it was given: its entries hold the relative forms.
     [first, *_], _ = parse_table(dump_document(v2))
@@ -491,6 +491,9 @@ BAD_ENTRIES = [
     (_with(relative__tileLength="256"), "relative.tileLength: expected an integer"),
     (_with(relative=[]), "relative: expected a non-empty object, got a list"),
     (_with(is_default="yes"), "is_default: expected true, false or null, got 'yes'"),
+    (_with(carry_slower=1), "carry_slower: expected true, false or null, got 1"),
+    (_with(carry_gain=-1), r"carry_gain: -1 is outside \(0, 1e\+15\]"),
+    (_with(carry_gain="fast"), "carry_gain: expected a number, got 'fast'"),
     (
         _with(relative__tileLength=1),
         r"relative tileLength=1 disagrees with the op's carry rules \(tileLength=\d+\)",

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
     from tilewise.kernels.ops import OpSpec
     from tilewise.kernels.targets import TargetProfile
+    from tilewise.store import TilingRow, WorkloadRow
 
 
 FORMAT = "tilewise.tilings"
@@ -57,6 +58,13 @@ class TableEntry:
     #: Whether the tiling is the op's default tiling at this shape (nothing beat it): it then
     #: carries over as the default of the asked shape. None when the document does not say.
     is_default: bool | None = None
+    #: The tiling carried over to the table's other tuned shapes where the records measured it:
+    #: the geometric mean of their default's latency over its (> 1: faster than the default).
+    #: None without such a measurement (:mod:`tilewise.export._evidence`).
+    carry_gain: float | None = None
+    #: Whether that gain is below 1 beyond the measurements' spread: the entry then carries
+    #: over as the default of the asked shape. None without a measurement.
+    carry_slower: bool | None = None
 
     @property
     def workload(self) -> Workload:
@@ -72,6 +80,8 @@ class TableEntry:
             "tiling": dict(self.tiling),
             "relative": None if self.relative is None else dict(self.relative),
             "is_default": self.is_default,
+            "carry_gain": self.carry_gain,
+            "carry_slower": self.carry_slower,
             "latency_us": self.latency_us,
             "default_latency_us": self.default_latency_us,
             "speedup": self.speedup,
@@ -110,6 +120,7 @@ def table_document(
 
     op, target, dtype = canonical_filters(op, target, dtype)
     rows = best_tilings(session, op=op, target=target, dtype=dtype)
+    evidence = _evidence_of(session, rows)
     entries = []
     for w, t in rows:
         relative = relative_form(w.workload, t.tiling)
@@ -128,6 +139,9 @@ def table_document(
         )
         if relative is not None:  # an op, version and target this code runs
             entry = replace(entry, is_default=is_default_tiling(entry))
+            found = evidence.get(w.id)
+            if found is not None:
+                entry = replace(entry, carry_gain=found.gain, carry_slower=found.slower)
         entries.append(entry.to_dict())
     return {
         "format": FORMAT,
@@ -137,6 +151,26 @@ def table_document(
         "filters": {"op": op, "target": target, "dtype": dtype},
         "entries": entries,
     }
+
+
+def _evidence_of(session: Session, rows: list[tuple[WorkloadRow, TilingRow]]) -> dict[int, Any]:
+    """Each current-version workload's carry evidence (by workload id), per op, target and
+    dtype group (:func:`tilewise.export._evidence.carry_evidence`)."""
+    from tilewise.export._evidence import carry_evidence
+    from tilewise.kernels.ops import get_op
+    from tilewise.kernels.targets import get_target
+
+    groups: dict[tuple[str, str, str], list[tuple[WorkloadRow, Tiling]]] = {}
+    for w, t in rows:
+        if relative_form(w.workload, t.tiling) is not None:
+            groups.setdefault((w.op, w.target, w.dtype), []).append((w, t.tiling))
+    out: dict[int, Any] = {}
+    for (op, target, dtype), tuned in groups.items():
+        found = carry_evidence(
+            session, spec=get_op(op), target=get_target(target), dtype=dtype, tuned=tuned
+        )
+        out.update({w.id: e for (w, _), e in zip(tuned, found, strict=True) if e is not None})
+    return out
 
 
 def relative_form(workload: Workload, tiling: Tiling) -> Tiling | None:
@@ -298,13 +332,12 @@ def _entry(item: object, where: str, *, relative: bool) -> TableEntry:
     if not isinstance(item, dict):
         raise TableFormatError(f"{where}: expected an object, got {_kind(item)}")
     tiling = Tiling(_int_map(item, "tiling", where, low=-INT32_MAX, high=INT32_MAX))
-    carried, is_default = None, None
-    if relative and item.get("is_default") is not None:
-        is_default = item["is_default"]
-        if not isinstance(is_default, bool):
-            raise TableFormatError(
-                f"{where}.is_default: expected true, false or null, got {_short(is_default)}"
-            )
+    carried, is_default, carry_slower, carry_gain = None, None, None, None
+    if relative:
+        is_default, carry_slower = (
+            _flag(item, key, where) for key in ("is_default", "carry_slower")
+        )
+        carry_gain = _number(item, "carry_gain", where)
     if relative and item.get("relative") is not None:
         carried = Tiling(_int_map(item, "relative", where, low=-INT32_MAX, high=INT32_MAX))
         if set(carried) != set(tiling):
@@ -325,7 +358,16 @@ def _entry(item: object, where: str, *, relative: bool) -> TableEntry:
         evaluations=_int(item.get("evaluations"), f"{where}.evaluations", low=0, high=INT32_MAX),
         relative=carried,
         is_default=is_default,
+        carry_gain=carry_gain,
+        carry_slower=carry_slower,
     )
+
+
+def _flag(item: dict[str, Any], key: str, where: str) -> bool | None:
+    value = item.get(key)
+    if value is not None and not isinstance(value, bool):
+        raise TableFormatError(f"{where}.{key}: expected true, false or null, got {_short(value)}")
+    return value
 
 
 def _text(item: dict[str, Any], key: str, where: str) -> str:

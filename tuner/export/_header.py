@@ -80,7 +80,8 @@ def render_header(doc: Mapping[str, Any], *, op: str) -> str:
                 raise InputError(f"{op}: entry shape {e.shape} does not have the dims {dims}")
             spec.validate_shape(e.shape)
             relatives[id(e)] = checked_relative(e, spec, get_target(target))
-            defaults[id(e)] = e.is_default if e.is_default is not None else is_default_tiling(e)
+            is_default = e.is_default if e.is_default is not None else is_default_tiling(e)
+            defaults[id(e)] = is_default or bool(e.carry_slower)
     if fields is None:
         from tilewise.kernels.targets import twin_target
 
