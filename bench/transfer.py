@@ -6,9 +6,10 @@
 1. Tunes the op at the split's training shapes (one SQLite database, the default strategy).
 2. For every held-out shape:
    * the runtime library's answer (``TilingTable.from_db``: exact → nearest → default) is
-     looked up in that database — ``nearest`` there, since the shape was not tuned: the nearest
-     tuned shape's tiling *carried* over to this shape by the op's carry rules — with the tuned
-     shape it came from and that shape's own tuned speedup over its default;
+     looked up in that database — the nearest tuned shape's tiling *carried* over to this shape
+     by the op's carry rules, or this shape's default where that shape kept its default or its
+     tiling was measured slower than the default at the other tuned shapes (the answer's
+     ``rule``) — with the tuned shape it came from and that shape's own tuned speedup;
    * beside it, the *copied* answer of the rule before carry rules: the stored tiling of the
      nearest tuned shape for which it is valid as it is (the default when none is);
    * unless ``--no-tune``, the shape is tuned *cold* (a fresh database) and *warm* (a copy of the
@@ -262,6 +263,7 @@ def main() -> None:
                 "shape": dims,
                 "runtime_source": answer.source,
                 "runtime_rule": answer.rule,
+                "predicted_gain": answer.predicted_gain,
                 "neighbour": neighbour,
                 "neighbour_speedup": gains.get(frozenset(neighbour.items())),
                 "copied_from": copied_from,
