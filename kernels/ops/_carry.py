@@ -164,9 +164,11 @@ class CarryRules:
                 + [b.extent for r in rules for b in r.carry.bounds if b.extent]
             )
         )
+        # Whether a rule reads a size the op derives from its dims (a conv's output pixels).
+        self._derived = any(n not in spec.dims for names in self.extents for n in names)
 
     def _sizes(self, shape: Mapping[str, int]) -> dict[tuple[str, ...], int]:
-        sizes = self.spec.extents(Shape(shape)) if self.spec.c_extents else shape
+        sizes = self.spec.extents(Shape(shape)) if self._derived else shape
         return {names: math.prod([sizes[n] for n in names]) for names in self.extents}
 
     def relative(self, tiling: Mapping[str, int], shape: Shape) -> Tiling:
