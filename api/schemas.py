@@ -314,6 +314,18 @@ class LookupPublic(_Out):
     distance: float | None = Field(
         default=None, description="0 for exact; sum over dims of |log2 asked - log2 tuned|."
     )
+    rule: Literal["exact", "carried", "kept_default", "measured_slower", "default"] = Field(
+        default="exact",
+        description="How the tiling was chosen: as tuned; the nearest tuned shape's tiling "
+        "re-derived for this shape by the op's carry rules; this shape's default because that "
+        "shape kept its default, or because its tiling carried to other tuned shapes was "
+        "measured slower than their default; the default with no tuned shape to go by.",
+    )
+    predicted_gain: float | None = Field(
+        default=None,
+        description="The nearest tuned shape's tiling, carried to the table's other tuned "
+        "shapes: their default's latency over its (geometric mean); null without measurements.",
+    )
 
 
 class TargetPublic(_Out):

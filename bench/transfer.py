@@ -1,16 +1,24 @@
 """Benchmark: what tuned shapes of an op are worth for shapes that were not tuned (cpu-twin).
 
-    .venv/bin/python bench/transfer.py [--op linear_add_gelu] [--budget 30] [--json]
+    .venv/bin/python bench/transfer.py [--op linear_add_gelu] [--split grid] [--budget 30]
+                                       [--rounds 5] [--no-tune] [--json]
 
-1. Tunes the op at the training shapes (one SQLite database, the default strategy).
+1. Tunes the op at the split's training shapes (one SQLite database, the default strategy).
 2. For every held-out shape:
    * the runtime library's answer (``TilingTable.from_db``: exact → nearest → default) is
-     looked up in that database — it is ``nearest`` there, since the shape was not tuned —
-     with the tuned shape it came from and that shape's own tuned speedup over its default;
-   * the shape is tuned *cold* (a fresh database) and *warm* (a copy of the training database,
-     so the Tuner starts from the best tilings of the nearest tuned shapes), same budget;
-   * the runtime's answer, the default tiling and both tuned winners are then measured side by
-     side, interleaved, on the same backend (medians of ``--rounds`` rounds);
+     looked up in that database — the nearest tuned shape's tiling *carried* over to this shape
+     by the op's carry rules, or this shape's default where that shape kept its default or its
+     tiling was measured slower than the default at the other tuned shapes (the answer's
+     ``rule``) — with the tuned shape it came from and that shape's own tuned speedup;
+   * beside it, the *copied* answer of the rule before carry rules: the stored tiling of the
+     nearest tuned shape for which it is valid as it is (the default when none is);
+   * unless ``--no-tune``, the shape is tuned *cold* (a fresh database) and *warm* (a copy of the
+     training database, so the Tuner starts from the nearest tuned shapes' tilings, carried
+     over), same budget;
+   * all of them and the default tiling are then measured side by side, interleaved, on the
+     same backend (``--rounds`` rounds; medians), and the carried and copied answers' samples are
+     compared with the default's by the one-sided Mann-Whitney test the tuner's final
+     re-measure uses (p < 0.05): ``slower`` / ``faster`` than the default, or neither;
    * from the records: the evaluations each tune needed to get within 5% of the best time
      either of them found (the tuned optimum as far as this budget knows).
 
@@ -28,12 +36,14 @@ import shutil
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
 from tune_e2e import cpu_model
 
 from tilewise import store
+from tilewise.export import TableEntry, load_entries, table_document
 from tilewise.kernels.backends import MeasureOptions, create_backend
 from tilewise.kernels.ops import get_op
 from tilewise.kernels.targets import get_target
@@ -43,21 +53,37 @@ from tilewise.settings import Settings
 from tilewise.status import RecordSource
 from tilewise.types import Shape, Tiling
 
-TRAIN = {
-    "linear_add_gelu": [
-        {"M": m, "N": n, "K": k} for m in (128, 512) for n in (128, 512) for k in (128, 512)
-    ],
-}
-HELD_OUT = {
-    "linear_add_gelu": [
-        {"M": 256, "N": 256, "K": 256},
-        {"M": 384, "N": 192, "K": 320},
-        {"M": 128, "N": 1024, "K": 256},
-        {"M": 768, "N": 256, "K": 512},
-    ],
+#: (op, split) -> (training shapes, held-out shapes).
+SPLITS: dict[tuple[str, str], tuple[list[dict[str, int]], list[dict[str, int]]]] = {
+    # A grid of small shapes, asked in between and beyond.
+    ("linear_add_gelu", "grid"): (
+        [{"M": m, "N": n, "K": k} for m in (128, 512) for n in (128, 512) for k in (128, 512)],
+        [
+            {"M": 256, "N": 256, "K": 256},
+            {"M": 384, "N": 192, "K": 320},
+            {"M": 128, "N": 1024, "K": 256},
+            {"M": 768, "N": 256, "K": 512},
+        ],
+    ),
+    # An LLM's token counts: tuned at three, asked at others, the projection fixed.
+    ("linear_add_gelu", "tokens"): (
+        [{"M": m, "N": 1024, "K": 1024} for m in (16, 128, 1024)],
+        [{"M": m, "N": 1024, "K": 1024} for m in (1, 7, 48, 300, 700)],
+    ),
+    # Every dim moves.
+    ("swiglu_mlp", "grid"): (
+        [{"T": t, "H": h, "I": i} for t in (16, 256) for h in (256,) for i in (512, 1024)],
+        [
+            {"T": 64, "H": 256, "I": 768},
+            {"T": 1, "H": 384, "I": 512},
+            {"T": 512, "H": 128, "I": 1024},
+        ],
+    ),
 }
 TARGET, DTYPE = "cpu-twin", "float32"
 MEASURE = MeasureOptions(warmup=2, repeats=15, max_seconds=5.0)
+#: The tuner's final re-measure's level (tilewise.search._remeasure.BEATS_DEFAULT_P).
+BEATS_DEFAULT_P = 0.05
 
 
 def tune(db_url: str, op: str, shape: Shape, budget: int, seed: int) -> dict[str, Any]:
@@ -103,16 +129,19 @@ def evals_to(times_us: list[float], threshold_us: float) -> int | None:
 
 def measure_side_by_side(
     op: str, shape: Shape, tilings: dict[str, Tiling], rounds: int
-) -> dict[str, float | None]:
+) -> dict[str, list[float]]:
+    """Every tiling's per-launch samples (µs), in rounds that visit each in turn: a busy moment
+    of the shared machine slows all of them, not the one measured then. Tilings equal to an
+    earlier one are measured once and share its samples."""
     spec, target = get_op(op), get_target(TARGET)
-    samples: dict[str, list[float]] = {label: [] for label in tilings}
+    unique: dict[Tiling, list[str]] = {}
+    for label, tiling in tilings.items():
+        unique.setdefault(tiling, []).append(label)
+    samples: dict[Tiling, list[float]] = {t: [] for t in unique}
     with create_backend(TARGET) as backend:
-        builds = {
-            label: backend.build(spec, spec.compile_key(t, DTYPE)) for label, t in tilings.items()
-        }
+        builds = {t: backend.build(spec, spec.compile_key(t, DTYPE)) for t in unique}
         for _ in range(rounds):
-            for label, tiling in tilings.items():
-                build = builds[label]
+            for tiling, build in builds.items():
                 if not build.ok:
                     continue
                 run = backend.run(
@@ -125,24 +154,67 @@ def measure_side_by_side(
                     check=False,
                     measure=MEASURE,
                 )
-                if run.ok and run.median_us is not None:
-                    samples[label].append(run.median_us)
-    return {k: (statistics.median(v) if v else None) for k, v in samples.items()}
+                if run.ok and run.samples_us:
+                    samples[tiling].extend(run.samples_us)
+    return {label: samples[t] for t, labels in unique.items() for label in labels}
+
+
+def copied_answer(
+    entries: list[TableEntry], op: str, shape: Shape
+) -> tuple[Tiling, dict[str, int] | None]:
+    """The rule before carry rules: the stored tiling of the nearest tuned shape (ties to the
+    smaller shape in dims order) that is valid for ``shape`` as it is, else the default."""
+    spec, target = get_op(op), get_target(TARGET)
+    ranked = sorted(
+        (e for e in entries if e.op == op and e.dtype == DTYPE and e.target == TARGET),
+        key=lambda e: (spec.shape_distance(e.shape, shape), tuple(e.shape[d] for d in spec.dims)),
+    )
+    for e in ranked:
+        if spec.valid(e.tiling, shape, DTYPE, target):
+            return e.tiling, dict(e.shape)
+    return spec.default_tiling(shape, DTYPE, target), None
+
+
+def verdict(candidate: list[float], default: list[float]) -> str:
+    """``slower`` / ``faster`` than the default by a one-sided Mann-Whitney test at p < 0.05
+    (the tuner's final re-measure's test), else ``same``."""
+    if not candidate or not default:
+        return "not measured"
+    if candidate == default:
+        return "same tiling"
+    from scipy.stats import mannwhitneyu
+
+    if mannwhitneyu(candidate, default, alternative="greater").pvalue < BEATS_DEFAULT_P:
+        return "slower"
+    if mannwhitneyu(candidate, default, alternative="less").pvalue < BEATS_DEFAULT_P:
+        return "faster"
+    return "same"
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a and b else None
 
 
+def _median(samples: list[float]) -> float | None:
+    return round(statistics.median(samples), 2) if samples else None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--op", default="linear_add_gelu", choices=sorted(TRAIN))
+    parser.add_argument("--op", default="linear_add_gelu", choices=sorted({o for o, _ in SPLITS}))
+    parser.add_argument("--split", default="grid", choices=sorted({s for _, s in SPLITS}))
     parser.add_argument("--budget", type=int, default=30)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-tune", action="store_true", help="do not tune the held-out shapes")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     op = args.op
+    if (op, args.split) not in SPLITS:
+        parser.error(f"no split {args.split!r} for {op}; splits: {sorted(SPLITS)}")
+    train, held_out = SPLITS[(op, args.split)]
+    spec, target = get_op(op), get_target(TARGET)
+    started = time.perf_counter()
 
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="tilewise-transfer-") as tmp:
@@ -150,65 +222,94 @@ def main() -> None:
         train_url = f"sqlite:///{train_db}"
         # Each training shape's tuned speedup over its own default tiling.
         gains: dict[frozenset[tuple[str, int]], float | None] = {}
-        for shape in TRAIN[op]:
+        for shape in train:
             print(f"train {op} {shape}", file=sys.stderr, flush=True)
             trained = tune(train_url, op, Shape(shape), args.budget, args.seed)
             gains[frozenset(shape.items())] = trained["speedup"]
         table = TilingTable.from_db(train_url)
-        for i, dims in enumerate(HELD_OUT[op]):
+        db = store.open_store(train_url)
+        try:
+            with db.session() as s:
+                entries = load_entries(table_document(s, op=op)).entries
+        finally:
+            db.close()
+        for i, dims in enumerate(held_out):
             shape = Shape(dims)
             answer = table.lookup(op, target=TARGET, dtype=DTYPE, shape=dims)
-            print(f"held out {dims}: runtime says {answer.source}", file=sys.stderr, flush=True)
-            cold = tune(f"sqlite:///{Path(tmp) / f'cold{i}.db'}", op, shape, args.budget, args.seed)
-            warm_db = Path(tmp) / f"warm{i}.db"
-            shutil.copy(train_db, warm_db)
-            warm = tune(f"sqlite:///{warm_db}", op, shape, args.budget, args.seed)
-            spec = get_op(op)
+            copied, copied_from = copied_answer(entries, op, shape)
+            print(
+                f"held out {dims}: runtime says {answer.source} ({answer.rule})",
+                file=sys.stderr,
+                flush=True,
+            )
             tilings = {
-                "runtime": answer.tiling,
-                "default": spec.default_tiling(shape, DTYPE, get_target(TARGET)),
+                "carried": answer.tiling,
+                "copied": copied,
+                "default": spec.default_tiling(shape, DTYPE, target),
             }
-            if cold["best"] is not None:
-                tilings["cold"] = cold["best"]
-            if warm["best"] is not None:
-                tilings["warm"] = warm["best"]
-            ms = measure_side_by_side(op, shape, tilings, args.rounds)
-            tuned = min((v for k, v in ms.items() if k in ("cold", "warm") and v), default=None)
-            optimum = min(min(cold["times_us"]), min(warm["times_us"]))
+            tunes: dict[str, dict[str, Any]] = {}
+            if not args.no_tune:
+                cold_url = f"sqlite:///{Path(tmp) / f'cold{i}.db'}"
+                tunes["cold"] = tune(cold_url, op, shape, args.budget, args.seed)
+                warm_db = Path(tmp) / f"warm{i}.db"
+                shutil.copy(train_db, warm_db)
+                tunes["warm"] = tune(f"sqlite:///{warm_db}", op, shape, args.budget, args.seed)
+                tilings |= {k: t["best"] for k, t in tunes.items() if t["best"] is not None}
+            samples = measure_side_by_side(op, shape, tilings, args.rounds)
+            us = {k: _median(v) for k, v in samples.items()}
+            tuned = min((v for k, v in us.items() if k in ("cold", "warm") and v), default=None)
             neighbour = dict(answer.workload.shape) if answer.workload else {}
-            rows.append(
-                {
-                    "shape": dims,
-                    "runtime_source": answer.source,
-                    "neighbour": neighbour,
-                    "neighbour_speedup": gains.get(frozenset(neighbour.items())),
-                    "us": ms,
-                    "runtime_over_tuned": _ratio(ms["runtime"], tuned),
-                    "default_over_tuned": _ratio(ms["default"], tuned),
+            row: dict[str, Any] = {
+                "shape": dims,
+                "runtime_source": answer.source,
+                "runtime_rule": answer.rule,
+                "predicted_gain": answer.predicted_gain,
+                "neighbour": neighbour,
+                "neighbour_speedup": gains.get(frozenset(neighbour.items())),
+                "copied_from": copied_from,
+                "tilings": {k: dict(t) for k, t in tilings.items()},
+                "us": us,
+                "samples": {k: len(v) for k, v in samples.items()},
+                "carried_over_default": _ratio(us["carried"], us["default"]),
+                "copied_over_default": _ratio(us["copied"], us["default"]),
+                "carried_vs_default": verdict(samples["carried"], samples["default"]),
+                "copied_vs_default": verdict(samples["copied"], samples["default"]),
+            }
+            if tunes:
+                optimum = min(min(t["times_us"]) for t in tunes.values())
+                row |= {
+                    "tuned_over_default": _ratio(tuned, us["default"]),
+                    "carried_over_tuned": _ratio(us["carried"], tuned),
+                    "default_over_tuned": _ratio(us["default"], tuned),
                     "evals_to_5pct": {
-                        "cold": evals_to(cold["times_us"], optimum * 1.05),
-                        "warm": evals_to(warm["times_us"], optimum * 1.05),
+                        k: evals_to(t["times_us"], optimum * 1.05) for k, t in tunes.items()
                     },
                 }
-            )
+            rows.append(row)
     report = {
         "op": op,
+        "split": args.split,
         "budget": args.budget,
-        "train_shapes": TRAIN[op],
+        "rounds": args.rounds,
+        "train_shapes": train,
         "machine": cpu_model(),
-        "date": datetime.date.today().isoformat(),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="minutes"),
+        "seconds": round(time.perf_counter() - started, 1),
         "held_out": rows,
     }
     if args.json:
         print(json.dumps(report, indent=2))
         return
-    print(f"{op}, budget {args.budget}, {report['machine']}, {report['date']}")
-    print("shape | runtime answer | runtime/tuned | default/tuned | evals to 5%: cold / warm")
+    print(
+        f"{op} {args.split}, budget {args.budget}, {report['machine']}, {report['date']}, "
+        f"{report['seconds']} s"
+    )
+    print("shape | carried/default (test) | copied/default (test) | tuned/default")
     for r in rows:
-        e = r["evals_to_5pct"]
         print(
-            f"{r['shape']} | {r['runtime_source']} | {r['runtime_over_tuned']:.3f} | "
-            f"{r['default_over_tuned']:.3f} | {e['cold']} / {e['warm']}"
+            f"{r['shape']} | {r['carried_over_default']:.3f} ({r['carried_vs_default']}) | "
+            f"{r['copied_over_default']:.3f} ({r['copied_vs_default']}) | "
+            f"{r.get('tuned_over_default') or float('nan'):.3f}"
         )
 
 

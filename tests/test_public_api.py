@@ -20,7 +20,7 @@ PUBLIC = {
         "__version__",
         "load_ops",
     },
-    "tilewise.runtime": {"Answer", "Miss", "Source", "TilingTable"},
+    "tilewise.runtime": {"Answer", "Miss", "Rule", "Source", "TilingTable"},
     "tilewise.launch": {"Choice", "Ops", "load_ops"},
     "tilewise.manifest": {
         "BUDGET_FLOOR",
@@ -48,8 +48,12 @@ PUBLIC = {
         "use_table",
     },
     "tilewise.kernels.ops": {
+        "CARRY_C_HELPERS",
         "OPS",
+        "Bound",
         "Buffer",
+        "Carry",
+        "CarryRules",
         "Check",
         "Footprint",
         "GmArg",

@@ -7,16 +7,27 @@ Load a tiling table once, then ask it for every shape met::
                           shape={"M": 1000, "N": 4096, "K": 1024})
     answer.tiling["baseM"], answer.source  # "exact", "nearest" or "default"
 
-The fallback order, and the ``source`` each rule answers with:
+The fallback order, and the ``source`` (and ``rule``) each rule answers with:
 
-1. ``exact``: the op (at its current version), target, dtype and shape were tuned.
-2. ``nearest``: the tuned shape of the same op, target and dtype nearest to the asked one whose
-   tiling passes the op's validity rules and on-chip memory limits for the asked shape
-   (``OpSpec.check``). Distance: the sum over dims of ``|log2(asked) - log2(tuned)|`` (for a dim
-   that may be 0, such as a padding, of ``log2(1 + value)``: ``OpSpec.log_position``); ties go
-   to the smaller tuned shape in the op's dims order. At most ``max_candidates`` entries are
-   checked, nearest first. The C header (:func:`tilewise.export.render_header`) uses the same
-   distance and ties but cannot make the checks.
+1. ``exact``: the op (at its current version), target, dtype and shape were tuned; the tuned
+   tiling as stored.
+2. ``nearest`` (rule ``carried``): the tiling of the tuned shape of the same op, target and dtype
+   nearest to the asked one, re-derived for the asked shape by the op's carry rules
+   (``OpSpec.carry``, from the entry's relative form: a core split keeps its number of pieces,
+   a block count every block's work, a whole row stays whole, base blocks shrink into what the
+   shape allows), the first such tiling that passes the op's validity rules and on-chip memory
+   limits for the asked shape (``OpSpec.valid``). An entry whose tuned tiling is its shape's
+   default tiling (nothing beat it: the entry's ``is_default``) carries over as the asked
+   shape's default tiling: source ``default``, rule ``kept_default``, with that entry's
+   workload; so does one whose tiling, carried to the table's other tuned shapes, was measured
+   slower than their default (``carry_slower``; :mod:`tilewise.export._evidence`): rule
+   ``measured_slower``.
+   Distance: the sum over dims of ``|log2(asked) - log2(tuned)|`` (for a dim that may be 0,
+   such as a padding, of ``log2(1 + value)``: ``OpSpec.log_position``); ties go to the smaller
+   tuned shape in the op's dims order. At most ``max_candidates`` entries are tried, nearest
+   first. The C header (:func:`tilewise.export.render_header`) uses the same distance, ties and
+   carry rules but cannot make the checks (and answers "use your default" for an entry whose
+   tuned tiling is its default).
 3. ``default``: the op's hand-written heuristic (``OpSpec.default_tiling``).
 
 Entries of another op version than the running code's (a changed kernel is a new workload) and
@@ -24,7 +35,9 @@ entries of ops or targets this code does not know are kept out at load time and 
 :attr:`TilingTable.skipped`. So is an invalid entry (a field of the wrong type, a shape the op
 does not take, a tiling outside its domains): it is counted, named in
 :attr:`TilingTable.rejected` and in a logged warning, and the rest of the table answers. Only a
-document that is not a table as a whole (not JSON, another format version) is refused.
+document that is not a table as a whole (not JSON, a format version not read) is refused. A
+version-1 document holds no relative forms: they are derived from the op spec; a version-2
+entry whose relative form disagrees with the op's carry rules is invalid.
 
 Lookups are thread-safe. Exact answers are a dict lookup; nearest and default answers are
 computed once per asked shape and kept (the ``cache_size`` most recent computations).
@@ -50,7 +63,14 @@ import numpy as np
 
 from tilewise._misses import Miss, collect_misses, misses_manifest
 from tilewise.errors import InputError, StoreError, TilewiseError
-from tilewise.export import Loaded, TableEntry, load_entries, parse_table
+from tilewise.export import (
+    Loaded,
+    TableEntry,
+    checked_relative,
+    is_default_tiling,
+    load_entries,
+    parse_table,
+)
 from tilewise.kernels.ops import OpSpec, get_op
 from tilewise.kernels.targets import TargetProfile, get_target
 from tilewise.types import Shape, Tiling, Workload
@@ -60,11 +80,17 @@ if TYPE_CHECKING:
 
     from tilewise.manifest import Manifest
 
-__all__ = ["Answer", "Miss", "Source", "TilingTable"]
+__all__ = ["Answer", "Miss", "Rule", "Source", "TilingTable"]
 
 _log = logging.getLogger(__name__)
 
 Source = Literal["exact", "nearest", "default"]
+#: How the tiling was chosen: as tuned (``exact``); the nearest tuned shape's tiling re-derived
+#: for the asked shape (``carried``); the asked shape's default because the nearest tuned shape
+#: kept its default (``kept_default``) or because its tiling, carried to other tuned shapes,
+#: was measured slower than their default (``measured_slower``); the default with no tuned shape
+#: to go by (``default``).
+Rule = Literal["exact", "carried", "kept_default", "measured_slower", "default"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +98,12 @@ class Answer:
     """A tiling for one asked shape, and where it came from.
 
     ``workload`` and ``latency_us`` are those of the table entry the tiling was tuned for
-    (None for ``default``); ``distance`` is 0 for ``exact``, the log2 distance for ``nearest``.
+    (for ``nearest`` the neighbour's, whose tiling was re-derived for the asked shape; for a
+    ``default`` of rule ``kept_default`` or ``measured_slower`` the neighbour's that decided it;
+    None for the plain ``default``); ``distance`` is 0 for ``exact``, the log2 distance to that
+    neighbour otherwise. ``predicted_gain`` is that neighbour's tiling's measured gain over the
+    default where it was carried to other tuned shapes (the default's latency over its; None
+    without such measurements).
     """
 
     tiling: Tiling
@@ -80,6 +111,8 @@ class Answer:
     workload: Workload | None
     latency_us: float | None
     distance: float | None = None
+    rule: Rule = "exact"
+    predicted_gain: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -88,6 +121,8 @@ class Answer:
             "workload": None if self.workload is None else self.workload.to_dict(),
             "latency_us": self.latency_us,
             "distance": self.distance,
+            "rule": self.rule,
+            "predicted_gain": self.predicted_gain,
         }
 
 
@@ -96,6 +131,8 @@ class _Group:
 
     __slots__ = (
         "cache",
+        "carry",
+        "defaults",
         "dims",
         "dtype",
         "entries",
@@ -105,6 +142,7 @@ class _Group:
         "misses",
         "ndims",
         "profile",
+        "relatives",
         "spec",
     )
 
@@ -116,6 +154,14 @@ class _Group:
         # The dict key of a shape: its value for one dim, else the tuple in dims order.
         self.key = itemgetter(*self.dims)
         self.entries = sorted(entries, key=lambda e: tuple(e.shape[d] for d in self.dims))
+        self.carry = spec.carry_rules(dtype, profile)
+        # Checked against the carry rules when the table loaded (_foreign).
+        self.relatives = [
+            e.relative or self.carry.relative(e.tiling, e.shape) for e in self.entries
+        ]
+        # Whether each entry's tiling is its default: as the table says, else found out the
+        # first time the entry is a candidate (a default tiling costs up to a millisecond).
+        self.defaults: list[bool | None] = [e.is_default for e in self.entries]
         self.exact: dict[Any, Answer] = {
             self.key(e.shape): Answer(e.tiling, "exact", e.workload, e.latency_us, 0.0)
             for e in self.entries
@@ -240,6 +286,7 @@ class TilingTable:
                     f"{named}: tiling {tunable.name}={value} is outside its domain "
                     f"{low}..{high} for this workload"
                 )
+        checked_relative(entry, spec, profile)
         return None
 
     # -- loading -------------------------------------------------------------------------------
@@ -397,7 +444,9 @@ class TilingTable:
         if answer is not None:
             return answer
         answer = group.cache.get(key) or self._nearest(group, asked)
-        answer = answer or Answer(spec.default_tiling(asked, dtype, profile), "default", None, None)
+        answer = answer or Answer(
+            spec.default_tiling(asked, dtype, profile), "default", None, None, rule="default"
+        )
         self._count(group, key, answer.source)
         if self.cache_size:
             with self._lock:
@@ -467,13 +516,37 @@ class TilingTable:
             distance += np.abs(column - where(dim, asked[dim]))
         for index, away in _nearest_first(distance, self.max_candidates):
             entry = group.entries[index]
+            tuned = group.exact[group.key(entry.shape)]  # its workload, hashed at load
+            is_default = group.defaults[index]
+            if is_default is None:
+                is_default = group.defaults[index] = is_default_tiling(entry)
+            if is_default or entry.carry_slower:
+                return Answer(
+                    group.spec.default_tiling(asked, group.dtype, group.profile),
+                    "default",
+                    tuned.workload,
+                    entry.latency_us,
+                    away,
+                    rule="kept_default" if is_default else "measured_slower",
+                    predicted_gain=entry.carry_gain,
+                )
+            tiling = group.carry.derive(group.relatives[index], asked)
             try:
-                valid = group.spec.valid(entry.tiling, asked, group.dtype, group.profile)
+                valid = tiling is not None and group.spec.valid(
+                    tiling, asked, group.dtype, group.profile
+                )
             except TilewiseError:
                 valid = False
-            if valid:
-                tuned = group.exact[group.key(entry.shape)]  # its workload, hashed at load
-                return Answer(entry.tiling, "nearest", tuned.workload, entry.latency_us, away)
+            if valid and tiling is not None:
+                return Answer(
+                    tiling,
+                    "nearest",
+                    tuned.workload,
+                    entry.latency_us,
+                    away,
+                    rule="carried",
+                    predicted_gain=entry.carry_gain,
+                )
         return None
 
 

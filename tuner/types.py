@@ -125,6 +125,16 @@ class Tiling(Mapping[str, int]):
     def key(self) -> str:
         return canonical_json(dict(self.entries))
 
+    @classmethod
+    def of_ints(cls, values: dict[str, int]) -> Tiling:
+        """A Tiling of a dict whose keys are already str and values int, without converting
+        each (the runtime builds one per candidate of a nearest lookup)."""
+        tiling = cls.__new__(cls)
+        entries = tuple(sorted(values.items()))
+        object.__setattr__(tiling, "entries", entries)
+        object.__setattr__(tiling, "_index", dict(entries))  # iterates in name order too
+        return tiling
+
     def replace(self, **changes: int) -> Tiling:
         return Tiling({**dict(self.entries), **changes})
 

@@ -30,8 +30,9 @@ _NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"description": "No such op.
 @router.get("/tilings/{op}", response_model=LookupPublic, responses=_NOT_FOUND)
 def lookup_tiling(what: WorkloadQueryDep, lookup: LookupDep, misses: MissesDep) -> LookupPublic:
     """The tiling to launch ``op`` with for one shape: the tuned one (exact), the nearest tuned
-    shape's when valid for this shape (nearest), else the op's default heuristic (default).
-    A shape answered without an exact entry is counted (``GET /v1/misses``)."""
+    shape's re-derived for this shape when valid for it (nearest), else the op's default
+    heuristic (default). A shape answered without an exact entry is counted
+    (``GET /v1/misses``)."""
     op, target = what.spec.name, what.target.name
     answer = lookup.lookup(op, target=target, dtype=what.dtype, shape=what.shape)
     if answer.source != "exact":
@@ -42,6 +43,8 @@ def lookup_tiling(what: WorkloadQueryDep, lookup: LookupDep, misses: MissesDep) 
         workload=None if answer.workload is None else WorkloadPublic.of(answer.workload),
         latency_us=answer.latency_us,
         distance=answer.distance,
+        rule=answer.rule,
+        predicted_gain=answer.predicted_gain,
     )
 
 

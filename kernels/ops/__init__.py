@@ -6,7 +6,9 @@ import importlib
 
 from tilewise.errors import InputError, did_you_mean
 from tilewise.kernels.ops._base import (
+    Bound,
     Buffer,
+    Carry,
     Check,
     Footprint,
     GmArg,
@@ -16,10 +18,16 @@ from tilewise.kernels.ops._base import (
     Traffic,
     Tunable,
 )
+from tilewise.kernels.ops._carry import C_HELPERS as CARRY_C_HELPERS
+from tilewise.kernels.ops._carry import CarryRules
 
 __all__ = [
+    "CARRY_C_HELPERS",
     "OPS",
+    "Bound",
     "Buffer",
+    "Carry",
+    "CarryRules",
     "Check",
     "Footprint",
     "GmArg",

@@ -12,6 +12,8 @@ its tunables (runtime fields of the tiling struct and compile-time choices), and
 * :meth:`OpSpec.reference` and :meth:`OpSpec.tolerance` — the numpy answer and how close is right.
 * :meth:`OpSpec.traffic` — bytes moved and flops, fused and unfused, for the fusion analysis.
 * :meth:`OpSpec.tiling_struct` — the packed tiling struct the kernel receives, field by field.
+* :meth:`OpSpec.carry` — a tiling tuned at one shape, re-derived for another by the tunables'
+  carry rules (:mod:`tilewise.kernels.ops._carry`).
 
 Dims are the shape: a tiling is tuned, stored and looked up per shape. A scalar that changes
 what the kernel computes but not how it is tiled (a LeakyReLU's slope) is a
@@ -37,13 +39,16 @@ from typing import ClassVar
 import numpy as np
 
 from tilewise.errors import InputError, close_matches, did_you_mean
+from tilewise.kernels.ops._carry import CarryRules, carry_rules
 from tilewise.kernels.ops._values import (
     C_DTYPES,
     MEMORIES,
     NUMPY_DTYPES,
     Baseline,
     BlockWork,
+    Bound,
     Buffer,
+    Carry,
     Check,
     Fn,
     Footprint,
@@ -72,7 +77,9 @@ __all__ = [
     "NUMPY_DTYPES",
     "Baseline",
     "BlockWork",
+    "Bound",
     "Buffer",
+    "Carry",
     "Check",
     "Fn",
     "Footprint",
@@ -123,6 +130,9 @@ class OpSpec(ABC):
     #: Scalars a caller may pass by keyword that are no part of the shape (see the module
     #: docstring); :meth:`reference` takes each by keyword, at its default when not given.
     parameters: ClassVar[tuple[Parameter, ...]] = ()
+    #: The C expression (over the dims) of each name :meth:`extents` adds that a carry rule
+    #: reads: the C header re-derives tilings with them.
+    c_extents: ClassVar[Mapping[str, str]] = {}
 
     # -- identity --------------------------------------------------------------------------
     @property
@@ -431,6 +441,32 @@ class OpSpec(ABC):
     @abstractmethod
     def default_tiling(self, shape: Shape, dtype: str, target: TargetProfile) -> Tiling:
         """The hand-written heuristic every tuned result is compared with. Always valid."""
+
+    # -- other shapes ------------------------------------------------------------------------
+    def carry_rules(self, dtype: str, target: TargetProfile) -> CarryRules:
+        """The tunables' carry rules, resolved for ``dtype`` and ``target`` (cached)."""
+        return carry_rules(self, dtype, target)
+
+    def carry(
+        self, tiling: Tiling, tuned: Shape, asked: Shape, dtype: str, target: TargetProfile
+    ) -> Tiling | None:
+        """``tiling``, tuned at ``tuned``, re-derived for ``asked`` by the carry rules: the
+        same core split in pieces, the same blocks where each gets work, base blocks no larger
+        than a core's block (see :class:`~tilewise.kernels.ops._values.Carry`). ``tiling``
+        itself at the tuned shape; None when a value would not fit int32. Not checked: ask
+        :meth:`valid`."""
+        return carry_rules(self, dtype, target).carry(tiling, tuned, asked)
+
+    def snap(self, tiling: Tiling, shape: Shape, dtype: str, target: TargetProfile) -> Tiling:
+        """Each value moved to the nearest value of its domain at ``shape`` (on a log2 scale,
+        ties to the smaller): a carried tiling as a point of the search space."""
+        out = {}
+        for tunable in self.tunables(shape, dtype, target):
+            value = tiling[tunable.name]
+            out[tunable.name] = min(
+                tunable.values, key=lambda v: (abs(math.log2((v + 1) / (value + 1))), v)
+            )
+        return Tiling(out)
 
     # -- running -------------------------------------------------------------------------------
     @abstractmethod

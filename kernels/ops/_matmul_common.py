@@ -12,7 +12,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tilewise.kernels.ops._base import Buffer, Tunable, ceil_div, itemsize, round_up
+from tilewise.kernels.ops._base import (
+    Bound,
+    Buffer,
+    Carry,
+    Tunable,
+    ceil_div,
+    itemsize,
+    round_up,
+)
 from tilewise.kernels.targets import TargetProfile
 from tilewise.types import Tiling
 
@@ -48,19 +56,35 @@ def default_split(m: int, n: int, cores: int) -> tuple[int, int]:
     return best[1], best[2]
 
 
-def cube_tunables() -> tuple[Tunable, ...]:
+def cube_tunables(dtype: str, *, m: Bound, n: Bound, k: tuple[str, ...]) -> tuple[Tunable, ...]:
+    """The Matmul tunables. A core's C block is ``m`` × ``n`` at any shape (a tunable such as
+    singleCoreM, or an extent) and the reduction runs over the extent ``k``: carried to another
+    shape, the base block keeps within them (``cube_rules``), and the epilogue within the base
+    block."""
+
+    def cap(*bounds: Bound) -> Carry:
+        return Carry("cap", bounds=bounds)
+
     return (
-        Tunable("baseM", BASE_MN, "rows of the cube's base block (L0A/L0C)"),
-        Tunable("baseN", BASE_MN, "columns of the cube's base block (L0B/L0C)"),
-        Tunable("baseK", BASE_K, "depth of one cube step"),
+        Tunable("baseM", BASE_MN, "rows of the cube's base block (L0A/L0C)", carry=cap(m)),
+        Tunable("baseN", BASE_MN, "columns of the cube's base block (L0B/L0C)", carry=cap(n)),
+        Tunable(
+            "baseK", BASE_K, "depth of one cube step", carry=cap(Bound(extent=k, align=c0(dtype)))
+        ),
         Tunable("stepM", (1, 2, 4), "A base blocks along M held in L1"),
         Tunable("stepN", (1, 2, 4), "B base blocks along N held in L1"),
         Tunable("depthA1", (1, 2, 4, 8), "A base blocks in L1 (stepM × stepKa)"),
         Tunable("depthB1", (1, 2, 4, 8), "B base blocks in L1 (stepN × stepKb)"),
         Tunable("dbL0C", (1, 2), "L0C double buffering"),
         Tunable("iterateOrder", (0, 1), "0: walk M first, 1: walk N first"),
-        Tunable("epiRows", EPI_ROWS, "C rows per epilogue pass"),
+        Tunable("epiRows", EPI_ROWS, "C rows per epilogue pass", carry=cap(Bound("baseM"))),
     )
+
+
+def split_tunable(name: str, extent: tuple[str, ...], size: int, cores: int, doc: str) -> Tunable:
+    """A per-core extent (``single_core``) of ``extent`` (of ``size`` at this shape), carried
+    to another shape as its number of pieces."""
+    return Tunable(name, single_core(size, cores), doc, carry=Carry("split", extent, 16))
 
 
 def matmul_buffers(tiling: Tiling, dtype: str, prefix: str = "") -> list[Buffer]:

@@ -39,15 +39,60 @@ def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
+class Bound(NamedTuple):
+    """An upper bound of a capped tunable at the asked shape: ``round_up(ceil(X / per),
+    align)``, where X is another tunable's carried value (``field``) or the product of extents
+    (``extent``, names of :meth:`OpSpec.extents`), and ``per`` divides it by another tunable's
+    carried value (rows per block: rows / blocks)."""
+
+    field: str | None = None
+    extent: tuple[str, ...] = ()
+    per: str | None = None
+    align: int = 1
+
+
+@dataclass(frozen=True)
+class Carry:
+    """How a tunable's value carries over from the shape it was tuned at to another shape.
+
+    The stored (relative) form is what keeps its meaning across shapes; it is re-derived for the
+    asked shape by :mod:`tilewise.kernels.ops._carry` (and by the C header, in the same integer
+    arithmetic). ``extent`` names sizes of :meth:`OpSpec.extents`, multiplied.
+
+    * ``split``: the value is the size of each piece of the extent, a multiple of ``align``;
+      stored as the number of pieces ``ceil(E / v)``, re-derived as
+      ``round_up(ceil(E' / pieces), align)`` (a core split keeps its core count).
+    * ``count``: the value is a number of blocks over the extent; kept, lowered until no block
+      is left without work (``round_up(ceil(E' / b), align) * (b - 1) < E'``).
+    * ``whole``: the value is a chunk of the extent or, as its largest value, the whole extent
+      rounded up to ``align``; stored as 0 for "the whole", re-derived as the whole of E' or the
+      chunk, never above the whole of E'.
+    * ``cap``: the value is kept, lowered to the largest value of its (shape-independent)
+      domain within ``bounds`` (a base block no larger than the core's block). With
+      ``product``, what is kept is the value times that tunable's (rows per tile times the row
+      length: the elements of a UB tile), stored as the product and divided by the tunable's
+      carried value (at least 1) before the bounds apply.
+    Tunables without a Carry keep their value.
+    """
+
+    kind: Literal["split", "count", "whole", "cap"]
+    extent: tuple[str, ...] = ()
+    align: int = 1
+    bounds: tuple[Bound, ...] = ()
+    product: str | None = None
+
+
 @dataclass(frozen=True)
 class Tunable:
-    """One tunable: its domain, and whether changing it needs a new build."""
+    """One tunable: its domain, whether changing it needs a new build, and how its value carries
+    over to another shape (``carry``; None: kept)."""
 
     name: str
     values: tuple[int, ...]
     doc: str
     compile_time: bool = False
     define: str | None = None  # the macro a compile-time tunable sets, e.g. "BUFFER_NUM"
+    carry: Carry | None = None
 
     def to_dict(self) -> dict[str, object]:
         return {

@@ -26,12 +26,14 @@ def test_lookup_exact_nearest_and_default(client: TestClient, db: Store) -> None
     assert exact["workload"]["key"] == seeded.workload.key
 
     nearest = client.get(f"{URL}?shape=N=60000").json()
-    assert nearest["source"] == "nearest" and nearest["tiling"] == dict(seeded.best)
+    assert nearest["source"] == "nearest" and nearest["rule"] == "carried"
+    spec, twin = get_op("scale_relu_dropout"), get_target("cpu-twin")
+    carried = spec.carry(seeded.best, Shape({"N": 65536}), Shape({"N": 60000}), "float32", twin)
+    assert carried is not None and nearest["tiling"] == dict(carried)
     assert nearest["workload"]["shape"] == {"N": 65536} and nearest["distance"] > 0
 
     other_dtype = client.get(f"{URL}?shape=N=65536&dtype=float16").json()
-    spec, twin = get_op("scale_relu_dropout"), get_target("cpu-twin")
-    assert other_dtype["source"] == "default"
+    assert (other_dtype["source"], other_dtype["rule"]) == ("default", "default")
     assert other_dtype["workload"] is None and other_dtype["latency_us"] is None
     assert other_dtype["tiling"] == dict(spec.default_tiling(Shape({"N": 65536}), "float16", twin))
 
@@ -43,7 +45,11 @@ def test_lookup_answers_as_the_runtime_library_does(client: TestClient, db: Stor
     for n in (1000, 65536, 100_000, 1 << 20, 3 << 20):
         api = client.get(f"{URL}?shape=N={n}").json()
         lib = table.lookup("scale_relu_dropout", target="cpu-twin", dtype="float32", shape={"N": n})
-        assert (api["source"], api["tiling"]) == (lib.source, dict(lib.tiling)), n
+        assert (api["source"], api["rule"], api["tiling"]) == (
+            lib.source,
+            lib.rule,
+            dict(lib.tiling),
+        ), n
 
 
 def test_table_is_reloaded_when_tilings_change(client: TestClient, db: Store) -> None:

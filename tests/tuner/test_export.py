@@ -26,7 +26,7 @@ from tilewise.export import (
     render_header,
     table_document,
 )
-from tilewise.kernels.ops import get_op
+from tilewise.kernels.ops import OPS, get_op
 from tilewise.kernels.targets import get_target
 from tilewise.runtime import TilingTable
 from tilewise.types import Shape, Tiling, Workload
@@ -127,14 +127,114 @@ def test_table_document_from_the_database(store: st.Store) -> None:
         "dtype": "float32",
         "shape": {"M": 256, "N": 512, "K": 128},
         "tiling": dict(tiling),
+        # The core split as its number of pieces (M=256 in blocks of 32 rows: 8 pieces).
+        "relative": {
+            **dict(tiling),
+            "singleCoreM": -(-256 // tiling["singleCoreM"]),
+            "singleCoreN": -(-512 // tiling["singleCoreN"]),
+        },
+        "is_default": True,  # _tune stores the default tiling
+        "carry_gain": None,  # one shape of its kind: nothing was carried to another
+        "carry_slower": None,
         "latency_us": 30.0,
         "default_latency_us": 60.0,
         "speedup": 2.0,
         "evaluations": 12,
     }
+    # An entry of another op version keeps its tiling but has no relative form here.
+    with store.session() as session:
+        _tune(session, "linear_add_gelu", {"M": 64, "N": 64, "K": 64}, 3.0, version="0ld0ld0ld0ld")
+        stale = [e for e in table_document(session)["entries"] if e["op_version"] == "0ld0ld0ld0ld"]
+    assert len(stale) == 1 and stale[0]["relative"] is None and stale[0]["is_default"] is None
     # What the API serves loads as what the file does.
     json.loads(dump_document(everything))
     assert len(TilingTable.from_document(json.loads(dump_document(everything)))) == 3
+
+
+def _measure(
+    session: Any, workload_id: int, tiling: Tiling, latency: float, *, spread: float = 0.02
+) -> int:
+    record = st.add_record(
+        session,
+        workload_id=workload_id,
+        tiling=tiling,
+        status="ok",
+        latency_us=latency,
+        spread=spread,
+        source="search",
+        env={"host": "test"},
+    )
+    return record.id
+
+
+def _tuned_with_records(
+    session: Any,
+    shape: dict[str, int],
+    best: Tiling,
+    measured: dict[Tiling, float],
+    *,
+    spread: float = 0.02,
+) -> None:
+    """A tuned linear_add_gelu workload: ``measured`` tilings recorded, ``best`` stored."""
+    twin = get_target("cpu-twin")
+    workload = st.commit_workload(
+        session, Workload(LAG.name, LAG.version, "cpu-twin", "float32", Shape(shape))
+    )
+    ids = {t: _measure(session, workload.id, t, us, spread=spread) for t, us in measured.items()}
+    default = LAG.default_tiling(Shape(shape), "float32", twin)
+    st.upsert_tiling(
+        session,
+        workload_id=workload.id,
+        record_id=ids[best],
+        tiling=best,
+        latency_us=measured[best],
+        default_latency_us=measured[default],
+        speedup=measured[default] / measured[best],
+        evaluations=len(measured),
+    )
+
+
+@pytest.mark.parametrize(
+    ("carried_us", "spread", "slower", "rule"),
+    [
+        (150.0, 0.02, True, "measured_slower"),  # a third slower than the default there
+        (97.0, 0.02, False, "carried"),  # faster
+        (103.0, 0.05, False, "carried"),  # 3% slower, within the records' spread of 5%
+        (103.0, 0.02, True, "measured_slower"),  # the same beyond a spread of 2%
+    ],
+)
+def test_a_tiling_measured_slower_where_it_was_carried_carries_as_the_default(
+    store: st.Store, carried_us: float, spread: float, slower: bool, rule: str
+) -> None:
+    """The warm start of a later tune measured the first tune's winner, carried over, beside
+    that shape's default: the table says how it did, and the runtime answers accordingly."""
+    twin = get_target("cpu-twin")
+    first, second = {"M": 128, "N": 512, "K": 256}, {"M": 512, "N": 512, "K": 256}
+    winner = LAG.default_tiling(Shape(first), "float32", twin).replace(iterateOrder=1)
+    default_1 = LAG.default_tiling(Shape(first), "float32", twin)
+    default_2 = LAG.default_tiling(Shape(second), "float32", twin)
+    carried = LAG.carry(winner, Shape(first), Shape(second), "float32", twin)
+    assert carried is not None and carried != default_2
+    with store.session() as session:
+        _tuned_with_records(session, first, winner, {default_1: 60.0, winner: 50.0})
+        _tuned_with_records(
+            session, second, default_2, {default_2: 100.0, carried: carried_us}, spread=spread
+        )
+    with store.session() as session:
+        doc = table_document(session, op=LAG.name)
+    by_shape = {Shape(e["shape"]): e for e in doc["entries"]}
+    entry, gain = by_shape[Shape(first)], 100.0 / carried_us
+    assert entry["carry_gain"] == pytest.approx(gain) and entry["carry_slower"] is slower
+    assert by_shape[Shape(second)]["is_default"] is True
+    table = TilingTable.from_document(doc)
+    asked = {"M": 160, "N": 512, "K": 256}  # nearest to the first
+    answer = table.lookup(LAG.name, target="cpu-twin", dtype="float32", shape=asked)
+    assert answer.rule == rule and answer.predicted_gain == pytest.approx(gain)
+    assert answer.workload is not None and answer.workload.shape == Shape(first)
+    if slower:
+        assert answer.tiling == LAG.default_tiling(Shape(asked), "float32", twin)
+    else:
+        assert answer.tiling == LAG.carry(winner, Shape(first), Shape(asked), "float32", twin)
 
 
 @pytest.mark.parametrize(
@@ -322,16 +422,32 @@ def _nearest_reference(
 
 
 def _tuned_shapes(op: str) -> list[dict[str, int]]:
-    if op == "linear_add_gelu":
-        grid = itertools.product((64, 256, 1000, 4096), (128, 768, 4096), (64, 512, 2048))
-        return [{"M": m, "N": n, "K": k} for m, n, k in grid]
-    if op == "conv_bias_leakyrelu":
-        grid = itertools.product((1, 8), (16, 64), (14, 56), (0, 1, 3))
-        return [
+    grids: dict[str, list[dict[str, int]]] = {
+        "linear_add_gelu": [
+            {"M": m, "N": n, "K": k}
+            for m, n, k in itertools.product(
+                (64, 256, 1000, 4096), (128, 768, 4096), (64, 512, 2048)
+            )
+        ],
+        "swiglu_mlp": [
+            {"T": t, "H": h, "I": i}
+            for t, h, i in itertools.product((1, 64, 1000), (256, 2048), (128, 2752, 11008))
+        ],
+        "conv_bias_leakyrelu": [
             {"N": n, "C": c, "H": h, "W": h, "K": 32, "R": 3, "S": 3, "stride": 1, "pad": p}
-            for n, c, h, p in grid
-        ]
-    return [{"N": n} for n in (512, 4096, 10000, 65536, 1 << 20, 3 << 20)]
+            for n, c, h, p in itertools.product((1, 8), (16, 64), (14, 56), (0, 1, 3))
+        ],
+        "layernorm_gelu": [
+            {"R": r, "H": h}
+            for r, h in itertools.product((1, 7, 256, 4096), (64, 1000, 4096, 20000))
+        ],
+        "swiglu": [
+            {"T": t, "I": i} for t, i in itertools.product((1, 16, 512, 4096), (64, 1000, 11008))
+        ],
+        "scale_relu_dropout": [{"N": n} for n in (512, 4096, 10000, 65536, 1 << 20, 3 << 20)],
+    }
+    grids["swiglu_grad"] = grids["swiglu"]
+    return grids[op]
 
 
 def _near(dim: str, value: int, rng: random.Random) -> int:
@@ -343,15 +459,41 @@ def _near(dim: str, value: int, rng: random.Random) -> int:
     return max(1, round(value * 2 ** rng.uniform(-1.0, 1.0)))
 
 
+def _tuned_entry(
+    op: str, shape: dict[str, int], target: str, dtype: str, rng: random.Random
+) -> dict[str, Any]:
+    """An entry whose tiling is a random valid one of its shape's domains (as a tune may find),
+    or one time in five the default (a tune that found nothing faster), the default too when
+    none of a few hundred draws is valid. One non-default tiling in six was measured slower
+    than the default where it was carried to other tuned shapes."""
+    spec, profile = get_op(op), get_target(target)
+    tunables = spec.tunables(Shape(shape), dtype, profile)
+    record = _entry(op, shape, target, dtype)
+    if rng.random() < 0.2:
+        return record
+    for _ in range(300):
+        tiling = Tiling({t.name: rng.choice(t.values) for t in tunables})
+        if spec.valid(tiling, Shape(shape), dtype, profile):
+            record["tiling"] = dict(tiling)
+            if rng.random() < 1 / 6:
+                record |= {"carry_gain": 0.8, "carry_slower": True}
+            break
+    return record
+
+
 COMBOS = [("cpu-twin", "float32"), ("ascend910b4", "float16")]
+ALL_OPS = sorted(OPS)
 
 
 @pytest.mark.skipif(not COMPILERS, reason="no C compiler")
-@pytest.mark.parametrize("op", ["linear_add_gelu", "scale_relu_dropout", "conv_bias_leakyrelu"])
+@pytest.mark.parametrize("op", ALL_OPS)
 def test_header_answers_as_python_does(op: str, tmp_path: Path) -> None:
+    """The header answers the nearest entry's tiling carried over to the asked shape, by the
+    same rules as Python's; where that tiling is valid, Python answers it too."""
     spec = get_op(op)
     dims = spec.dims
-    entries = [_entry(op, s, t, d, headroom=2) for t, d in COMBOS for s in _tuned_shapes(op)]
+    rng = random.Random(20260522)
+    entries = [_tuned_entry(op, s, t, d, rng) for t, d in COMBOS for s in _tuned_shapes(op)]
     stale = {**_entry(op, _tuned_shapes(op)[0], *COMBOS[0]), "op_version": "0ld0ld0ld0ld"}
     stale["shape"] = {**{d: 3 for d in dims}, **({"R": 1, "S": 1} if "R" in dims else {})}
     doc = _document([*entries, stale])
@@ -359,8 +501,8 @@ def test_header_answers_as_python_does(op: str, tmp_path: Path) -> None:
     header.write_text(render_header(doc, op=op))
     assert "1 of other op versions left out" in header.read_text()
     table = TilingTable.from_document(doc)
+    assert len(table) == len(entries) and table.skipped == {"other op version": 1}
 
-    rng = random.Random(20260522)
     queries: list[tuple[str, str, tuple[int, ...]]] = []
     for target, dtype in COMBOS:
         for shape in _tuned_shapes(op):
@@ -372,9 +514,11 @@ def test_header_answers_as_python_does(op: str, tmp_path: Path) -> None:
         queries.append((target, dtype, stale_shape))  # the stale entry's shape
     if op == "linear_add_gelu":
         queries.append(("cpu-twin", "float32", (128, 768, 512)))  # M=64 and M=256 tie
-    assert len(queries) >= (100 if op == "scale_relu_dropout" else 200)
+    assert len(queries) >= 100
 
-    counts = {"exact": 0, "nearest valid": 0, "nearest invalid": 0}
+    counts = dict.fromkeys(
+        ("exact", "carried valid", "carried invalid", "tuned default", "measured slower"), 0
+    )
     for compiler, std in COMPILERS:
         exe = _build(header, op, tmp_path, compiler, std)
         c_answers = _ask_c(
@@ -384,30 +528,60 @@ def test_header_answers_as_python_does(op: str, tmp_path: Path) -> None:
         assert c_answers[-2:] == [[0], [0]]  # no table: the caller's default
         counts = dict.fromkeys(counts, 0)
         for (target, dtype, asked), c in zip(queries, c_answers, strict=False):
-            shape = dict(zip(dims, asked, strict=True))
+            shape = Shape(dict(zip(dims, asked, strict=True)))
+            profile = get_target(target)
             py = table.lookup(op, target=target, dtype=dtype, shape=shape)
-            group = [e for e in entries if (e["target"], e["dtype"]) == (target, dtype)]
-            nearest = _nearest_reference(group, dims, asked)
+            fields = _fields(spec, target, dtype, asked)
             if py.source == "exact":
-                assert c == [2, *[py.tiling[f] for f in _fields(spec, target, dtype, asked)]]
+                assert py.rule == "exact"
+                assert c == [2, *[py.tiling[f] for f in fields]]
                 counts["exact"] += 1
                 continue
-            fields = _fields(spec, target, dtype, asked)
-            # C's rule: the nearest entry, valid or not.
-            assert c == [1, *[nearest["tiling"][f] for f in fields]], (target, dtype, asked)
-            profile = get_target(target)
-            if spec.check(Tiling(nearest["tiling"]), Shape(shape), dtype, profile).valid:
-                assert py.source == "nearest" and dict(py.tiling) == nearest["tiling"]
-                assert c[1:] == [py.tiling[f] for f in fields]
-                counts["nearest valid"] += 1
+            group = [e for e in entries if (e["target"], e["dtype"]) == (target, dtype)]
+            nearest = _nearest_reference(group, dims, asked)
+            nearest_shape = Shape(nearest["shape"])
+            if nearest["tiling"] == spec.default_tiling(nearest_shape, dtype, profile):
+                # Its tune found nothing faster: "use your default", the default in Python.
+                assert c == [0], (target, dtype, asked)
+                assert (py.source, py.rule) == ("default", "kept_default")
+                assert py.tiling == spec.default_tiling(shape, dtype, profile)
+                assert py.workload is not None and py.workload.shape == nearest_shape
+                counts["tuned default"] += 1
+                continue
+            if nearest.get("carry_slower"):
+                # Carried elsewhere, it was slower than the default: the default, in C too.
+                assert c == [0], (target, dtype, asked)
+                assert (py.source, py.rule, py.predicted_gain) == (
+                    "default",
+                    "measured_slower",
+                    0.8,
+                )
+                assert py.tiling == spec.default_tiling(shape, dtype, profile)
+                counts["measured slower"] += 1
+                continue
+            carried = spec.carry(
+                Tiling(nearest["tiling"]), Shape(nearest["shape"]), shape, dtype, profile
+            )
+            assert carried is not None
+            # C's rule: the nearest entry's tiling carried over, valid or not.
+            assert c == [1, *[carried[f] for f in fields]], (target, dtype, asked)
+            if spec.check(carried, shape, dtype, profile).valid:
+                assert (py.source, py.rule, py.tiling) == ("nearest", "carried", carried)
+                assert py.workload is not None and py.workload.shape == Shape(nearest["shape"])
+                counts["carried valid"] += 1
             else:
-                # Python walked past it: to a farther valid entry, or to the default.
-                assert dict(py.tiling) != nearest["tiling"] or py.source == "default"
-                assert spec.check(py.tiling, Shape(shape), dtype, profile).valid
-                counts["nearest invalid"] += 1
-    assert counts["exact"] == 2 * len(_tuned_shapes(op))
-    assert counts["nearest valid"] > counts["nearest invalid"], counts
-    assert counts["nearest valid"] + counts["exact"] > len(queries) / 2, counts
+                # Python walked past it: to a farther entry's carried tiling, or to the default.
+                assert py.tiling != carried
+                assert py.workload is None or py.workload.shape != Shape(nearest["shape"])
+                assert spec.check(py.tiling, shape, dtype, profile).valid
+                counts["carried invalid"] += 1
+    tuned = {(e["target"], e["dtype"], tuple(e["shape"][d] for d in dims)) for e in entries}
+    assert counts["exact"] == sum(q in tuned for q in queries)
+    assert counts["tuned default"] > 0 and counts["measured slower"] > 0, counts
+    # Measured on 2026-11-26 with these seeds: the nearest carried tiling was valid for 98-100%
+    # of the shapes that were not tuned.
+    asked = counts["carried valid"] + counts["carried invalid"]
+    assert counts["carried valid"] >= 0.95 * asked, counts
 
 
 def _fields(spec: Any, target: str, dtype: str, asked: tuple[int, ...]) -> list[str]:
@@ -476,13 +650,17 @@ def test_a_conv_with_pad_0_end_to_end(db_url: str, tmp_path: Path) -> None:
     )
     exact = ask(from_db, 0)
     assert exact.source == "exact" and ask(from_file, 0) == exact
-    # pad 1 is one step from pad 0 on the distance's log2(1 + pad) scale
+    # pad 1 is one step from pad 0 on the distance's log2(1 + pad) scale; 9x9 output pixels
+    # instead of 7x7, in as many pieces
+    padded = Shape({**CONV_PAD0, "pad": 1})
+    carried = spec.carry(exact.tiling, Shape(CONV_PAD0), padded, "float32", twin)
+    assert carried is not None
     near = ask(from_db, 1)
     assert near.source in ("nearest", "default")
     if near.source == "nearest":
-        assert near.distance == 1.0 and near.tiling == exact.tiling
+        assert near.distance == 1.0 and near.tiling == carried and near.rule == "carried"
     else:
-        assert not spec.valid(exact.tiling, Shape({**CONV_PAD0, "pad": 1}), "float32", twin)
+        assert not spec.valid(carried, padded, "float32", twin)
 
     fields = [t.name for t in spec.tunables(Shape(CONV_PAD0), "float32", twin)]
     asked = [tuple({**CONV_PAD0, "pad": p}[d] for d in spec.dims) for p in (0, 1, -1)]
@@ -490,4 +668,4 @@ def test_a_conv_with_pad_0_end_to_end(db_url: str, tmp_path: Path) -> None:
         exe = _build(paths["header"], spec.name, tmp_path, compiler, std)
         c = _ask_c(exe, [("cpu-twin", "float32", a) for a in asked])
         tiling = [exact.tiling[f] for f in fields]
-        assert c == [[2, *tiling], [1, *tiling], [0]]
+        assert c == [[2, *tiling], [1, *[carried[f] for f in fields]], [0]]

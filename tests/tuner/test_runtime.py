@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 import subprocess
 import sys
@@ -46,6 +47,10 @@ def entry(
     spec = get_op(op)
     if tiling is None:
         tiling = dict(spec.default_tiling(Shape(shape), dtype, get_target(target)))
+    relative = None
+    if set(tiling) == set(spec.carry_rules(dtype, get_target(target)).fields):
+        rules = spec.carry_rules(dtype, get_target(target))
+        relative = dict(rules.relative(Tiling(tiling), Shape(shape)))
     return {
         "op": op,
         "op_version": spec.version if version is None else version,
@@ -53,6 +58,7 @@ def entry(
         "dtype": dtype,
         "shape": shape,
         "tiling": tiling,
+        "relative": relative,
         "latency_us": latency,
         "default_latency_us": latency * 1.5,
         "speedup": 1.5,
@@ -75,12 +81,23 @@ def lag(m: int, n: int = 512, k: int = 256) -> dict[str, int]:
     return {"M": m, "N": n, "K": k}
 
 
+def winner(op: str, shape: dict[str, int], dtype: str = "float32") -> dict[str, int]:
+    """A tune's winner that is not the default tiling: the default with one choice changed (the
+    iteration order of a matmul, the queue depth of a vector op), valid all the same."""
+    spec = get_op(op)
+    default = spec.default_tiling(Shape(shape), dtype, TWIN)
+    field = "iterateOrder" if "iterateOrder" in default else "bufferNum"
+    tiling = default.replace(**{field: 3 - default[field] if field == "bufferNum" else 1})
+    assert tiling != default and spec.valid(tiling, Shape(shape), dtype, TWIN)
+    return dict(tiling)
+
+
 @pytest.fixture
 def table() -> TilingTable:
     return TilingTable.from_document(
         document(
-            entry("linear_add_gelu", lag(128), latency=10.0),
-            entry("linear_add_gelu", lag(1024), latency=50.0),
+            entry("linear_add_gelu", lag(128), latency=10.0, tiling=winner(LAG.name, lag(128))),
+            entry("linear_add_gelu", lag(1024), latency=50.0, tiling=winner(LAG.name, lag(1024))),
             entry("scale_relu_dropout", {"N": 65536}),
         )
     )
@@ -109,7 +126,7 @@ def test_import_is_light() -> None:
 def test_exact_answer_names_its_workload(table: TilingTable) -> None:
     answer = ask(table, lag(1024))
     assert answer.source == "exact"
-    assert answer.tiling == LAG.default_tiling(Shape(lag(1024)), "float32", TWIN)
+    assert answer.tiling == winner(LAG.name, lag(1024))
     assert answer.workload == Workload(
         "linear_add_gelu", LAG.version, "cpu-twin", "float32", Shape(lag(1024))
     )
@@ -119,29 +136,110 @@ def test_exact_answer_names_its_workload(table: TilingTable) -> None:
 
 def test_nearest_answer_is_valid_for_the_asked_shape(table: TilingTable) -> None:
     answer = ask(table, lag(1000))
-    assert answer.source == "nearest"
+    assert answer.source == "nearest" and answer.rule == "carried"
     assert answer.workload is not None and answer.workload.shape == Shape(lag(1024))
     assert answer.distance == pytest.approx(abs(10 - __import__("math").log2(1000)))
     assert LAG.check(answer.tiling, Shape(lag(1000)), "float32", TWIN).valid
+    tuned = Tiling(winner(LAG.name, lag(1024)))
+    assert answer.tiling == LAG.carry(tuned, Shape(lag(1024)), Shape(lag(1000)), "float32", TWIN)
+    assert answer.to_dict()["rule"] == "carried"
 
 
-def test_nearest_skips_a_closer_entry_that_is_invalid_for_the_shape(table: TilingTable) -> None:
-    # M=200 is nearer to 128 (log2 distance 0.64) than to 1024 (2.36), but the tiling tuned for
-    # M=128 splits M in 16-row blocks: 13 × 3 blocks need 39 cores, the target has 24.
+def test_nearest_carries_the_core_split_over(table: TilingTable) -> None:
+    # M=200 is nearer to 128 (log2 distance 0.64) than to 1024 (2.36). The tiling tuned for
+    # M=128 splits M in 8 blocks of 16 rows; copied, 13 × 3 blocks would need 39 cores (the
+    # target has 24); carried, M=200 is cut in 8 pieces again, of 32 rows (7 × 3 blocks).
     asked = Shape(lag(200))
-    closer = LAG.default_tiling(Shape(lag(128)), "float32", TWIN)
+    closer = Tiling(winner(LAG.name, lag(128)))
+    assert closer["singleCoreM"] == 16
     assert not LAG.check(closer, asked, "float32", TWIN).valid
     answer = ask(table, lag(200))
-    assert answer.source == "nearest"
-    assert answer.workload is not None and answer.workload.shape == Shape(lag(1024))
+    assert (answer.source, answer.rule) == ("nearest", "carried")
+    assert answer.workload is not None and answer.workload.shape == Shape(lag(128))
+    assert answer.tiling == closer.replace(singleCoreM=32)
+    assert LAG.check(answer.tiling, asked, "float32", TWIN).valid
+
+
+LN_WHOLE = {"R": 4096, "H": 4096}
+#: One whole row of 4096 per UB tile, single-buffered: valid at H=4096, and carried to a longer
+#: row still one whole row per tile, which outgrows UB by H=12000 (the row's buffers alone).
+WHOLE_ROW = {"rowsPerTile": 1, "hTile": 4096, "blockDim": 48, "bufferNum": 1}
+LN_CHUNKED = {"R": 4096, "H": 40000}  # rows in chunks of 4096
+
+
+def ln_entry(shape: dict[str, int], tiling: dict[str, int] | None = None) -> dict[str, Any]:
+    return entry("layernorm_gelu", shape, tiling=tiling or winner("layernorm_gelu", shape))
+
+
+def ln(h: int) -> dict[str, int]:
+    return {"R": 4096, "H": h}
+
+
+def ask_ln(table: TilingTable, h: int) -> Answer:
+    return table.lookup("layernorm_gelu", target="cpu-twin", dtype="float32", shape=ln(h))
+
+
+def test_nearest_skips_a_closer_entry_whose_carried_tiling_is_invalid() -> None:
+    spec, asked = get_op("layernorm_gelu"), Shape(ln(12000))
+    assert spec.valid(Tiling(WHOLE_ROW), Shape(LN_WHOLE), "float32", TWIN)
+    carried = spec.carry(Tiling(WHOLE_ROW), Shape(LN_WHOLE), asked, "float32", TWIN)
+    assert carried is not None and carried["hTile"] == 12000
+    assert not spec.valid(carried, asked, "float32", TWIN)
+    table = TilingTable.from_document(document(ln_entry(LN_WHOLE, WHOLE_ROW), ln_entry(LN_CHUNKED)))
+    # H=12000 is 1.55 log2 steps from 4096 and 1.74 from 40000: the farther entry answers.
+    answer = ask_ln(table, 12000)
+    assert (answer.source, answer.rule) == ("nearest", "carried")
+    assert answer.workload is not None and answer.workload.shape == Shape(LN_CHUNKED)
+    assert answer.distance == pytest.approx(math.log2(40000 / 12000))
+    assert answer.tiling["hTile"] == 4096 and spec.valid(answer.tiling, asked, "float32", TWIN)
+
+
+def test_a_tuned_default_carries_over_as_the_default() -> None:
+    """Where the tune found nothing faster than the default, the default is what carries over:
+    the asked shape's own default tiling, not the neighbour's default re-derived."""
+    table = TilingTable.from_document(document(entry("linear_add_gelu", lag(128))))
+    assert ask(table, lag(128)).source == "exact"
+    answer = ask(table, lag(200))
+    assert (answer.source, answer.rule) == ("default", "kept_default")
+    assert answer.tiling == LAG.default_tiling(Shape(lag(200)), "float32", TWIN)
+    assert answer.workload is not None and answer.workload.shape == Shape(lag(128))
+    assert answer.distance == pytest.approx(math.log2(200 / 128))
+    carried = LAG.carry(
+        LAG.default_tiling(Shape(lag(128)), "float32", TWIN),
+        Shape(lag(128)),
+        Shape(lag(200)),
+        "float32",
+        TWIN,
+    )
+    assert carried != answer.tiling  # what the carry rules alone would have answered
+
+
+def test_the_tables_is_default_is_what_counts() -> None:
+    """A version-2 entry says whether its tiling is the default; the reader takes its word (both
+    answers are valid tilings: the default, or the carried tiling after the checks)."""
+    said_default = {**entry("linear_add_gelu", lag(128), tiling=winner(LAG.name, lag(128)))}
+    said_default["is_default"] = True
+    answer = ask(TilingTable.from_document(document(said_default)), lag(200))
+    assert (answer.source, answer.rule) == ("default", "kept_default")
+    said_tuned = {**entry("linear_add_gelu", lag(128)), "is_default": False}
+    answer = ask(TilingTable.from_document(document(said_tuned)), lag(200))
+    assert (answer.source, answer.rule) == ("nearest", "carried")
+    # Version 1 has no such key: found out from the op spec.
+    v1 = {**document(said_tuned), "format_version": 1}
+    answer = ask(TilingTable.from_document(v1), lag(200))
+    assert (answer.source, answer.rule) == ("default", "kept_default")
 
 
 def test_default_when_no_entry_is_valid_or_near() -> None:
-    table = TilingTable.from_document(document(entry("linear_add_gelu", lag(128))))
-    answer = ask(table, lag(200))  # the only entry is invalid for it
+    spec = get_op("layernorm_gelu")
+    table = TilingTable.from_document(document(ln_entry(LN_WHOLE, WHOLE_ROW)))
+    answer = ask_ln(table, 12000)  # the only entry's carried tiling overflows UB
     assert answer.source == "default" and answer.workload is None and answer.latency_us is None
-    assert answer.tiling == LAG.default_tiling(Shape(lag(200)), "float32", TWIN)
+    assert answer.rule == "default"
+    assert answer.tiling == spec.default_tiling(Shape(ln(12000)), "float32", TWIN)
+    assert ask_ln(table, 8000).source == "nearest"  # a whole row of 8000 still fits
     # Nothing tuned for this target or dtype at all: default.
+    table = TilingTable.from_document(document(entry("linear_add_gelu", lag(128))))
     other = ask(table, lag(128), target="ascend910b4")
     assert other.source == "default"
     assert other.tiling == LAG.default_tiling(Shape(lag(128)), "float32", get_target("ascend910b4"))
@@ -149,9 +247,9 @@ def test_default_when_no_entry_is_valid_or_near() -> None:
 
 
 def test_max_candidates_bounds_the_walk() -> None:
-    doc = document(entry("linear_add_gelu", lag(128)), entry("linear_add_gelu", lag(1024)))
-    assert ask(TilingTable.from_document(doc, max_candidates=1), lag(200)).source == "default"
-    assert ask(TilingTable.from_document(doc, max_candidates=2), lag(200)).source == "nearest"
+    doc = document(ln_entry(LN_WHOLE, WHOLE_ROW), ln_entry(LN_CHUNKED))
+    assert ask_ln(TilingTable.from_document(doc, max_candidates=1), 12000).source == "default"
+    assert ask_ln(TilingTable.from_document(doc, max_candidates=2), 12000).source == "nearest"
 
 
 def test_the_walk_follows_a_stable_sort_of_the_distances() -> None:
@@ -253,8 +351,8 @@ def test_an_entry_whose_tiling_fields_are_not_the_ops_tunables_is_left_out(
 
 def test_json_file_round_trip(tmp_path: Path, table: TilingTable) -> None:
     doc = document(
-        entry("linear_add_gelu", lag(128), latency=10.0),
-        entry("linear_add_gelu", lag(1024), latency=50.0),
+        entry("linear_add_gelu", lag(128), latency=10.0, tiling=winner(LAG.name, lag(128))),
+        entry("linear_add_gelu", lag(1024), latency=50.0, tiling=winner(LAG.name, lag(1024))),
         entry("scale_relu_dropout", {"N": 65536}),
     )
     path = tmp_path / "table.json"
@@ -263,6 +361,38 @@ def test_json_file_round_trip(tmp_path: Path, table: TilingTable) -> None:
     loaded = TilingTable.from_file(path)
     for shape in (lag(128), lag(1024), lag(1000), lag(200), lag(9999), {"N": 3}, {"N": 65536}):
         assert ask(loaded, shape) == ask(table, shape)
+
+
+def test_a_version_1_table_loads_and_carries_as_version_2_does(tmp_path: Path) -> None:
+    """Format version 1 has no relative forms: the reader derives them from the op spec (a
+    ``relative`` key there is not part of the format and is ignored)."""
+    v2 = document(
+        entry("linear_add_gelu", lag(128), latency=10.0),
+        entry("linear_add_gelu", lag(1024), latency=50.0),
+        ln_entry(LN_WHOLE, WHOLE_ROW),
+        ln_entry(LN_CHUNKED),
+        entry("scale_relu_dropout", {"N": 65536}),
+    )
+    v1 = {**v2, "format_version": 1, "entries": [dict(e) for e in v2["entries"]]}
+    for e in v1["entries"]:
+        del e["relative"]
+    v1["entries"][0]["relative"] = {"singleCoreM": "not read"}
+    path = tmp_path / "v1.json"
+    path.write_text(dump_document(v1))
+    [first, *_], rejected = parse_table(path.read_text())
+    assert rejected == [] and first.relative is None
+    old, new = TilingTable.from_file(path), TilingTable.from_document(v2)
+    assert old.skipped == {} and len(old) == len(new) == 5
+    asked = [lag(128), lag(1000), lag(200), lag(9999, 64, 64), {"N": 3}, {"N": 70000}]
+    for shape in asked:
+        assert ask(old, shape) == ask(new, shape)
+    for h in (4096, 3000, 12000, 100000):
+        assert ask_ln(old, h) == ask_ln(new, h)
+    assert ask(old, lag(200)).rule == "kept_default"
+    assert [ask_ln(old, h).source for h in (4096, 12000)] == ["exact", "nearest"]
+    # Version 2 keeps what it was given: its entries hold the relative forms.
+    [first, *_], _ = parse_table(dump_document(v2))
+    assert first.relative is not None and first.relative["singleCoreM"] == 8  # 128 in 8 pieces
 
 
 def test_empty_document_round_trip(tmp_path: Path) -> None:
@@ -300,10 +430,11 @@ BAD_DOCUMENTS = [
     ("[]", "expected a JSON object, got a list"),
     ('{"format": "other"}', "not a tilewise tiling table"),
     (
-        _text({**document(), "format_version": 2}),
-        "format version 2 is not supported; this tilewise",
+        _text({**document(), "format_version": 3}),
+        "format version 3 is not supported; this tilewise",
     ),
-    (_text({**document(), "format_version": 2}), "reads version 1; upgrade tilewise"),
+    (_text({**document(), "format_version": 3}), "reads versions 1, 2; upgrade tilewise"),
+    (_text({**document(), "format_version": 0}), "version 0 is not supported.*export the table"),
     (_text({**document(), "format_version": "1"}), "format version '1' is not supported"),
     (_text({**document(), "format_version": True}), "format version True is not supported"),
     (_text({k: v for k, v in document().items() if k != "format_version"}), "version None"),
@@ -354,7 +485,19 @@ BAD_ENTRIES = [
     (_with(op=""), "op: expected a non-empty string"),
     (_with(dtype="float7"), "float7 .*not a dtype and shape of scale_relu_dropout"),
     (_with(shape={"M": 4096}), "not a dtype and shape of scale_relu_dropout"),
-    (_with(tiling__extra=1), "are not the op's tunables"),
+    (_with(tiling__extra=1, relative__extra=1), "are not the op's tunables"),
+    (_with(tiling__extra=1), "relative: fields blockDim, bufferNum, tileLength are not the"),
+    (_with(relative={"tileLength": 256}), "relative: fields tileLength are not the tiling's"),
+    (_with(relative__tileLength="256"), "relative.tileLength: expected an integer"),
+    (_with(relative=[]), "relative: expected a non-empty object, got a list"),
+    (_with(is_default="yes"), "is_default: expected true, false or null, got 'yes'"),
+    (_with(carry_slower=1), "carry_slower: expected true, false or null, got 1"),
+    (_with(carry_gain=-1), r"carry_gain: -1 is outside \(0, 1e\+15\]"),
+    (_with(carry_gain="fast"), "carry_gain: expected a number, got 'fast'"),
+    (
+        _with(relative__tileLength=1),
+        r"relative tileLength=1 disagrees with the op's carry rules \(tileLength=\d+\)",
+    ),
     (_with(tiling__tileLength=1 << 30), "tileLength=1073741824 is outside its domain"),
     (_with(dtype=3), "dtype: expected a non-empty string"),
     (_with(target="x" * 300), "at most 200 characters"),

@@ -44,3 +44,11 @@ def test_workload_key_depends_on_every_part() -> None:
     ]
     assert len({base.key, *(v.key for v in variants)}) == 6
     assert base == Workload("op", "v1", "cpu-twin", "float32", Shape({"N": 4}))
+
+
+def test_a_tiling_of_ints_is_the_tiling_of_the_same_values() -> None:
+    values = {"tileLength": 2048, "blockDim": 8, "bufferNum": 2}
+    fast = Tiling.of_ints(dict(values))
+    assert fast == Tiling(values) and hash(fast) == hash(Tiling(values))
+    assert fast.key() == Tiling(values).key() and fast["blockDim"] == 8
+    assert list(fast) == list(Tiling(values)) and fast.replace(blockDim=4)["blockDim"] == 4

@@ -2,8 +2,11 @@
 
 A tiling that won on a nearby shape of the same op, target and dtype is a good first guess: the
 best tilings of the nearest tuned shapes (distance: :meth:`OpSpec.shape_distance`, the sum over
-dims of |log2 ratio|) that pass the op's static check for the new shape are measured before
-anything else.
+dims of |log2 ratio|), carried over to the new shape as the runtime carries them
+(:meth:`OpSpec.carry`: the same core split in pieces, base blocks within the new core blocks;
+a neighbour's default tiling as this shape's default) and moved into the new shape's domains
+(:meth:`OpSpec.snap`; a study only takes values of its distributions), that pass the op's
+static check there are measured before anything else.
 """
 
 from __future__ import annotations
@@ -37,7 +40,8 @@ def nearest_tuned_tilings(
     limit: int = 4,
 ) -> list[Tiling]:
     """Up to ``limit`` tilings: the best ``per_shape`` of each of the ``shapes`` nearest tuned
-    shapes (nearest first, the stored winner first), valid for ``shape``, without repeats."""
+    shapes (nearest first, the stored winner first), carried over to ``shape`` and snapped into
+    its domains, valid for it, without repeats."""
     tuned = [
         (shape_distance(spec, w.shape, shape), w, t)
         for w, t in store.best_tilings(session, op=spec.name, target=target.name, dtype=dtype)
@@ -49,12 +53,20 @@ def nearest_tuned_tilings(
     for _, workload, best in tuned:
         top = store.top_k(session, workload_id=workload.id, k=per_shape + 2)
         found = 0
-        for tiling in [best.tiling, *(Tiling(r.tiling) for r in top)]:
+        for tuned_tiling in [best.tiling, *(Tiling(r.tiling) for r in top)]:
             if found >= per_shape or len(out) >= limit:
                 break
-            if set(tiling) != names or tiling.key() in out:
+            if set(tuned_tiling) != names:
                 continue
-            if spec.valid(tiling, shape, dtype, target):
+            if tuned_tiling == spec.default_tiling(workload.shape, dtype, target):
+                # Nothing beat the default there: the default carries over (as in the runtime).
+                carried: Tiling | None = spec.default_tiling(shape, dtype, target)
+            else:
+                carried = spec.carry(tuned_tiling, workload.shape, shape, dtype, target)
+            if carried is None:
+                continue
+            tiling = spec.snap(carried, shape, dtype, target)
+            if tiling.key() not in out and spec.valid(tiling, shape, dtype, target):
                 out[tiling.key()] = tiling
                 found += 1
     return list(out.values())

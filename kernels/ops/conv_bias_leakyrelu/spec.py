@@ -32,7 +32,9 @@ from tilewise.kernels.ops import _matmul_common as cube
 from tilewise.kernels.ops._base import (
     NUMPY_DTYPES,
     BlockWork,
+    Bound,
     Buffer,
+    Carry,
     GmArg,
     OpSpec,
     Parameter,
@@ -97,6 +99,10 @@ class ConvBiasLeakyRelu(OpSpec):
     parameters = (
         Parameter("negative_slope", ALPHA, "alpha", "LeakyReLU's slope below 0; 0 is a ReLU"),
     )
+    c_extents: ClassVar[Mapping[str, str]] = {
+        "OH": "(H + 2 * pad - R) / stride + 1",
+        "OW": "(W + 2 * pad - S) / stride + 1",
+    }
     mix = True
 
     def validate_shape(self, shape: Mapping[str, int], *, max_elements: int | None = None) -> Shape:
@@ -146,14 +152,31 @@ class ConvBiasLeakyRelu(OpSpec):
     def runtime_tunables(
         self, shape: Shape, dtype: str, target: TargetProfile
     ) -> tuple[Tunable, ...]:
+        # A core's C block is all K output channels by its pixels; an im2col pass stays within
+        # the core's pixels (``rules``).
+        pixels = ("OH", "OW")
         return (
-            *cube.cube_tunables(),
-            Tunable(
+            *cube.cube_tunables(
+                dtype,
+                m=Bound(extent=("K",), align=16),
+                n=Bound("singleCoreN", align=16),
+                k=("C", "R", "S"),
+            ),
+            cube.split_tunable(
                 "singleCoreN",
-                cube.single_core(self._pixels(shape), target.cube_cores),
+                pixels,
+                self._pixels(shape),
+                target.cube_cores,
                 "output pixels per core",
             ),
-            Tunable("colTile", COL_TILES, "output pixels per im2col pass"),
+            Tunable(
+                "colTile",
+                COL_TILES,
+                "output pixels per im2col pass",
+                carry=Carry(
+                    "cap", bounds=(Bound("singleCoreN", align=16), Bound(extent=pixels, align=16))
+                ),
+            ),
         )
 
     def buffers(

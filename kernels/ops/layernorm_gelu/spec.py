@@ -17,7 +17,9 @@ import numpy as np
 from tilewise.kernels.ops._base import (
     NUMPY_DTYPES,
     BlockWork,
+    Bound,
     Buffer,
+    Carry,
     GmArg,
     OpSpec,
     StructField,
@@ -77,9 +79,24 @@ class LayerNormGelu(OpSpec):
         h_pad = round_up(shape["H"], ALIGN)
         chunks = sorted({c for c in H_CHUNKS if c < h_pad} | {h_pad})
         return (
-            Tunable("rowsPerTile", ROWS_PER_TILE, "rows per UB tile when a row fits"),
-            Tunable("hTile", tuple(chunks), "UB row length: the whole row (largest) or a chunk"),
-            Tunable("blockDim", tuple(blocks), "blocks (vector cores) launched"),
+            Tunable(
+                "rowsPerTile",
+                ROWS_PER_TILE,
+                "rows per UB tile when a row fits",
+                carry=Carry("cap", bounds=(Bound(extent=("R",), per="blockDim"),), product="hTile"),
+            ),
+            Tunable(
+                "hTile",
+                tuple(chunks),
+                "UB row length: the whole row (largest) or a chunk",
+                carry=Carry("whole", ("H",), ALIGN),
+            ),
+            Tunable(
+                "blockDim",
+                tuple(blocks),
+                "blocks (vector cores) launched",
+                carry=Carry("count", ("R",)),
+            ),
         )
 
     @staticmethod

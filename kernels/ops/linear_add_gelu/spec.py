@@ -18,6 +18,7 @@ from tilewise.kernels.ops import _matmul_common as cube
 from tilewise.kernels.ops._base import (
     NUMPY_DTYPES,
     BlockWork,
+    Bound,
     Buffer,
     GmArg,
     OpSpec,
@@ -62,9 +63,11 @@ class LinearAddGelu(OpSpec):
     ) -> tuple[Tunable, ...]:
         cores = target.cube_cores
         return (
-            *cube.cube_tunables(),
-            Tunable("singleCoreM", cube.single_core(shape["M"], cores), "rows per core"),
-            Tunable("singleCoreN", cube.single_core(shape["N"], cores), "columns per core"),
+            *cube.cube_tunables(
+                dtype, m=Bound("singleCoreM", align=16), n=Bound("singleCoreN", align=16), k=("K",)
+            ),
+            cube.split_tunable("singleCoreM", ("M",), shape["M"], cores, "rows per core"),
+            cube.split_tunable("singleCoreN", ("N",), shape["N"], cores, "columns per core"),
         )
 
     def used_cores(self, tiling: Tiling, shape: Shape) -> int:

@@ -15,6 +15,7 @@ from tilewise.kernels.ops._base import (
     NUMPY_DTYPES,
     BlockWork,
     Buffer,
+    Carry,
     GmArg,
     OpSpec,
     StructField,
@@ -101,7 +102,12 @@ class ScaleReluDropout(OpSpec):
                 (256, 512, 1024, 2048, 3072, 4096, 6144, 8192, 12288, 16384),
                 "elements per UB tile",
             ),
-            Tunable("blockDim", tuple(blocks), "blocks (vector cores) launched"),
+            Tunable(
+                "blockDim",
+                tuple(blocks),
+                "blocks (vector cores) launched",
+                carry=Carry("count", ("N",), ALIGN),
+            ),
         )
 
     def _block_length(self, tiling: Tiling, shape: Shape) -> int:

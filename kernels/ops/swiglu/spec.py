@@ -16,6 +16,7 @@ from tilewise.kernels.ops._base import (
     NUMPY_DTYPES,
     BlockWork,
     Buffer,
+    Carry,
     GmArg,
     OpSpec,
     StructField,
@@ -67,7 +68,12 @@ class Swiglu(OpSpec):
         blocks = sorted({b for b in (1, 2, 4, 8, 12, 16, 24, 32, 40, 48, cores) if b <= cores})
         return (
             Tunable("tileLength", TILES, "elements per UB tile"),
-            Tunable("blockDim", tuple(blocks), "blocks (vector cores) launched"),
+            Tunable(
+                "blockDim",
+                tuple(blocks),
+                "blocks (vector cores) launched",
+                carry=Carry("count", ("T", "I"), ALIGN),
+            ),
         )
 
     @staticmethod

@@ -18,6 +18,7 @@ from tilewise.kernels.ops import _matmul_common as cube
 from tilewise.kernels.ops._base import (
     NUMPY_DTYPES,
     BlockWork,
+    Bound,
     Buffer,
     GmArg,
     OpSpec,
@@ -58,9 +59,11 @@ class SwigluMlp(OpSpec):
     ) -> tuple[Tunable, ...]:
         cores = target.cube_cores
         return (
-            *cube.cube_tunables(),
-            Tunable("singleCoreM", cube.single_core(shape["T"], cores), "rows (tokens) per core"),
-            Tunable("singleCoreN", cube.single_core(shape["I"], cores), "columns per core"),
+            *cube.cube_tunables(
+                dtype, m=Bound("singleCoreM", align=16), n=Bound("singleCoreN", align=16), k=("H",)
+            ),
+            cube.split_tunable("singleCoreM", ("T",), shape["T"], cores, "rows (tokens) per core"),
+            cube.split_tunable("singleCoreN", ("I",), shape["I"], cores, "columns per core"),
         )
 
     def used_cores(self, tiling: Tiling, shape: Shape) -> int:

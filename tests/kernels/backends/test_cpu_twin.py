@@ -45,6 +45,45 @@ def random_valid_tilings(spec: OpSpec, shape: Shape, dtype: str, n: int, seed: i
 CASES = [(spec.name, shape) for spec in list_ops() for shape in spec.examples]
 
 
+#: Tuned at one shape, asked at others: an op's example shapes carried to each other (core
+#: splits and block counts then take values the searched domains do not hold).
+CARRIED = [
+    (spec.name, tuned, asked)
+    for spec in list_ops()
+    for tuned, asked in zip(spec.examples, spec.examples[1:] + spec.examples[:1], strict=True)
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("op", "tuned", "asked"), CARRIED)
+def test_carried_tilings_match_reference(
+    backend: CpuTwinBackend, op: str, tuned: str, asked: str
+) -> None:
+    spec, target = get_op(op), twin_target()
+    at, to = (spec.validate_shape(Shape.parse(s)) for s in (tuned, asked))
+    ran = 0
+    for tiling in random_valid_tilings(spec, at, "float32", 3, seed=len(tuned)):
+        carried = spec.carry(tiling, at, to, "float32", target)
+        assert carried is not None
+        if not spec.valid(carried, to, "float32", target):
+            continue  # the runtime walks on; nothing of it runs
+        build = backend.build(spec, spec.compile_key(carried, "float32"))
+        assert build.ok, build.error
+        run = backend.run(
+            build,
+            spec,
+            shape=to,
+            dtype="float32",
+            target=target,
+            tiling=carried,
+            check=True,
+            measure=ONCE,
+        )
+        assert run.status == "ok", (dict(tiling), dict(carried), run.error)
+        ran += 1
+    assert ran
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 @pytest.mark.parametrize(("op", "shape"), CASES)

@@ -412,3 +412,46 @@ def test_warm_start_skips_tilings_outside_this_shapes_domains(tmp_path: Path) ->
     assert result.progress.evaluations == 3
     assert stranger.key() not in backend.checked
     db.close()
+
+
+def test_warm_start_carries_the_neighbours_tilings_over(tmp_path: Path) -> None:
+    """A neighbour's winner that does not fit here as it is (its core split of another M needs
+    more cores) is carried over: the same pieces, snapped into this shape's domains."""
+    spec, target = get_op("linear_add_gelu"), twin_target()
+    near, here = Shape({"M": 128, "N": 512, "K": 128}), Shape({"M": 512, "N": 512, "K": 128})
+    # The default but for the iteration order: M in 8 pieces of 16 rows.
+    winner = spec.default_tiling(near, "float32", target).replace(iterateOrder=1)
+    assert winner["singleCoreM"] == 16 and not spec.valid(winner, here, "float32", target)
+    settings = Settings(db_url=f"sqlite:///{tmp_path / 'tw.db'}", cache_dir=tmp_path / "c")
+    db = store.open_store(settings.db_url)
+    with db.session() as s:
+        workload = store.commit_workload(
+            s, Workload(spec.name, spec.version, target.name, "float32", near)
+        )
+        record = store.add_record(
+            s,
+            workload_id=workload.id,
+            tiling=winner,
+            status="ok",
+            latency_us=1.0,
+            source="search",
+            env={},
+        )
+        store.upsert_tiling(
+            s,
+            workload_id=workload.id,
+            record_id=record.id,
+            tiling=winner,
+            latency_us=1.0,
+            default_latency_us=None,
+            speedup=None,
+            evaluations=1,
+        )
+    with db.session() as s:
+        warm = nearest_tuned_tilings(s, spec=spec, shape=here, dtype="float32", target=target)
+    db.close()
+    carried = spec.carry(winner, near, here, "float32", target)
+    assert carried is not None and carried["singleCoreM"] == 64  # 512 rows in 8 pieces
+    assert warm == [spec.snap(carried, here, "float32", target)]
+    domains = {t.name: t.values for t in spec.tunables(here, "float32", target)}
+    assert all(warm[0][name] in values for name, values in domains.items())

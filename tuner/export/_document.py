@@ -1,47 +1,14 @@
-"""Tiling tables out of the database: a versioned JSON document and a C header.
-
-The JSON document (``FORMAT`` at ``FORMAT_VERSION``) is what ``tilewise export --format json``
-writes, what ``GET /v1/tables/{op}`` serves and what :mod:`tilewise.runtime` loads::
-
-    {
-      "format": "tilewise.tilings",
-      "format_version": 1,
-      "generator": "tilewise 0.1.0",
-      "generated_at": "2026-05-22T10:00:00+00:00",
-      "filters": {"op": "linear_add_gelu", "target": null, "dtype": null},
-      "entries": [
-        {"op": "linear_add_gelu", "op_version": "3f2a9c0d1e2b", "target": "cpu-twin",
-         "dtype": "float32", "shape": {"M": 1024, "N": 1024, "K": 512},
-         "tiling": {"baseM": 128, ...}, "latency_us": 812.5, "default_latency_us": 1204.0,
-         "speedup": 1.48, "evaluations": 40}
-      ]
-    }
-
-Loading checks it (:func:`load_entries`, :func:`parse_table`). A document that is not JSON,
-not of this format, of another format version (saying which was found and which is read) or
-without an entry list is refused whole. Each entry is checked on its own: every field's type,
-dims in ``0..MAX_DIM`` (the op's own lower bounds are checked by the reader that knows the op),
-tiling values in int32 (the header stores them so), finite positive latencies, one entry per
-workload. A bad entry is left out and named in :attr:`Loaded.rejected`; the rest still load.
-Unknown keys are ignored: additions that old readers may skip keep the version; anything else
-bumps it.
-
-The C header (:func:`render_header`) holds one op's entries of the op's current version; see
-the comment it starts with for its contract.
-
-This module stays light (no SQLAlchemy, Optuna or FastAPI at import): the runtime imports it.
-"""
+"""The tiling table's JSON document: building it from the database, and loading it (see
+:mod:`tilewise.export`)."""
 
 from __future__ import annotations
 
 import json
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from functools import cache
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tilewise import __version__
@@ -49,25 +16,17 @@ from tilewise.errors import InputError
 from tilewise.types import DTYPES, MAX_DIM, Shape, Tiling, Workload
 
 if TYPE_CHECKING:
-    import jinja2
     from sqlalchemy.orm import Session
 
-__all__ = [
-    "FORMAT",
-    "FORMAT_VERSION",
-    "Loaded",
-    "TableEntry",
-    "TableFormatError",
-    "canonical_filters",
-    "dump_document",
-    "load_entries",
-    "parse_table",
-    "render_header",
-    "table_document",
-]
+    from tilewise.kernels.ops import OpSpec
+    from tilewise.kernels.targets import TargetProfile
+    from tilewise.store import TilingRow, WorkloadRow
+
 
 FORMAT = "tilewise.tilings"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+#: The format versions :func:`load_entries` reads (1: no relative forms).
+READ_VERSIONS = (1, 2)
 
 INT32_MAX = 2**31 - 1
 #: Latencies above this (about 30 years) are not measurements.
@@ -94,6 +53,18 @@ class TableEntry:
     default_latency_us: float | None
     speedup: float | None
     evaluations: int
+    #: The tiling's relative form (see the module docstring); None when the document has none.
+    relative: Tiling | None = None
+    #: Whether the tiling is the op's default tiling at this shape (nothing beat it): it then
+    #: carries over as the default of the asked shape. None when the document does not say.
+    is_default: bool | None = None
+    #: The tiling carried over to the table's other tuned shapes where the records measured it:
+    #: the geometric mean of their default's latency over its (> 1: faster than the default).
+    #: None without such a measurement (:mod:`tilewise.export._evidence`).
+    carry_gain: float | None = None
+    #: Whether that gain is below 1 beyond the measurements' spread: the entry then carries
+    #: over as the default of the asked shape. None without a measurement.
+    carry_slower: bool | None = None
 
     @property
     def workload(self) -> Workload:
@@ -107,6 +78,10 @@ class TableEntry:
             "dtype": self.dtype,
             "shape": dict(self.shape),
             "tiling": dict(self.tiling),
+            "relative": None if self.relative is None else dict(self.relative),
+            "is_default": self.is_default,
+            "carry_gain": self.carry_gain,
+            "carry_slower": self.carry_slower,
             "latency_us": self.latency_us,
             "default_latency_us": self.default_latency_us,
             "speedup": self.speedup,
@@ -145,8 +120,11 @@ def table_document(
 
     op, target, dtype = canonical_filters(op, target, dtype)
     rows = best_tilings(session, op=op, target=target, dtype=dtype)
-    entries = [
-        TableEntry(
+    evidence = _evidence_of(session, rows)
+    entries = []
+    for w, t in rows:
+        relative = relative_form(w.workload, t.tiling)
+        entry = TableEntry(
             op=w.op,
             op_version=w.op_version,
             target=w.target,
@@ -157,9 +135,14 @@ def table_document(
             default_latency_us=t.default_latency_us,
             speedup=t.speedup,
             evaluations=t.evaluations,
-        ).to_dict()
-        for w, t in rows
-    ]
+            relative=relative,
+        )
+        if relative is not None:  # an op, version and target this code runs
+            entry = replace(entry, is_default=is_default_tiling(entry))
+            found = evidence.get(w.id)
+            if found is not None:
+                entry = replace(entry, carry_gain=found.gain, carry_slower=found.slower)
+        entries.append(entry.to_dict())
     return {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -168,6 +151,75 @@ def table_document(
         "filters": {"op": op, "target": target, "dtype": dtype},
         "entries": entries,
     }
+
+
+def _evidence_of(session: Session, rows: list[tuple[WorkloadRow, TilingRow]]) -> dict[int, Any]:
+    """Each current-version workload's carry evidence (by workload id), per op, target and
+    dtype group (:func:`tilewise.export._evidence.carry_evidence`)."""
+    from tilewise.export._evidence import carry_evidence
+    from tilewise.kernels.ops import get_op
+    from tilewise.kernels.targets import get_target
+
+    groups: dict[tuple[str, str, str], list[tuple[WorkloadRow, Tiling]]] = {}
+    for w, t in rows:
+        if relative_form(w.workload, t.tiling) is not None:
+            groups.setdefault((w.op, w.target, w.dtype), []).append((w, t.tiling))
+    out: dict[int, Any] = {}
+    for (op, target, dtype), tuned in groups.items():
+        found = carry_evidence(
+            session, spec=get_op(op), target=get_target(target), dtype=dtype, tuned=tuned
+        )
+        out.update({w.id: e for (w, _), e in zip(tuned, found, strict=True) if e is not None})
+    return out
+
+
+def relative_form(workload: Workload, tiling: Tiling) -> Tiling | None:
+    """The relative form of ``tiling`` (tuned for ``workload``) by the running code's carry
+    rules; None for an op version, op or target this code does not run, or a tiling whose
+    fields are not the op's tunables (the readers leave such entries out)."""
+    from tilewise.kernels.ops import get_op
+    from tilewise.kernels.targets import get_target
+
+    try:
+        spec, target = get_op(workload.op), get_target(workload.target)
+    except InputError:
+        return None
+    if spec.version != workload.op_version or target.name != workload.target:
+        return None
+    rules = spec.carry_rules(workload.dtype, target)
+    if set(tiling) != set(rules.fields):
+        return None
+    return rules.relative(tiling, workload.shape)
+
+
+def is_default_tiling(entry: TableEntry) -> bool:
+    """Whether the entry's tiling is its op's default tiling at its shape (an op and target
+    this code knows)."""
+    from tilewise.kernels.ops import get_op
+    from tilewise.kernels.targets import get_target
+
+    spec = get_op(entry.op)
+    return entry.tiling == spec.default_tiling(entry.shape, entry.dtype, get_target(entry.target))
+
+
+def checked_relative(entry: TableEntry, spec: OpSpec, target: TargetProfile) -> Tiling:
+    """The entry's relative form: the stored one, which must be what the op's carry rules
+    derive from its tiling, or (a version-1 entry) the derived one.
+
+    Raises:
+        InputError: the stored relative form disagrees with the op's carry rules.
+    """
+    derived = spec.carry_rules(entry.dtype, target).relative(entry.tiling, entry.shape)
+    if entry.relative is not None and entry.relative != derived:
+        wrong = sorted(f for f in derived if entry.relative[f] != derived[f])
+        raise InputError(
+            f"{entry.op} {entry.target} {entry.dtype} {dict(entry.shape)}: relative "
+            + ", ".join(f"{f}={entry.relative[f]}" for f in wrong)
+            + " disagrees with the op's carry rules ("
+            + ", ".join(f"{f}={derived[f]}" for f in wrong)
+            + ")"
+        )
+    return derived
 
 
 def canonical_filters(
@@ -230,14 +282,15 @@ def load_entries(doc: object, *, source: str = "tiling table") -> Loaded:
     found_format = doc.get("format")
     if found_format != FORMAT:
         raise TableFormatError(
-            f"{source}: not a tilewise tiling table (format {found_format!r}, expected {FORMAT!r})"
+            f"{source}: not a tilewise tiling table (format {_short(found_format)}, "
+            f"expected {FORMAT!r})"
         )
     version = doc.get("format_version")
-    if version != FORMAT_VERSION or isinstance(version, bool):
+    if version not in READ_VERSIONS or isinstance(version, bool):
         newer = isinstance(version, int) and version > FORMAT_VERSION
         raise TableFormatError(
-            f"{source}: tiling table format version {version!r} is not supported; this "
-            f"tilewise {__version__} reads version {FORMAT_VERSION}"
+            f"{source}: tiling table format version {_short(version)} is not supported; this "
+            f"tilewise {__version__} reads versions {', '.join(map(str, READ_VERSIONS))}"
             + ("; upgrade tilewise to read it" if newer else "; export the table again")
         )
     raw = doc.get("entries")
@@ -248,7 +301,7 @@ def load_entries(doc: object, *, source: str = "tiling table") -> Loaded:
     seen: set[tuple[str, str, str, str, Shape]] = set()
     for i, item in enumerate(raw):
         try:
-            entry = _entry(item, f"entries[{i}]")
+            entry = _entry(item, f"entries[{i}]", relative=version != 1)
         except TableFormatError as exc:
             rejected.append(str(exc))
             continue
@@ -275,21 +328,46 @@ def _kind(value: object) -> str:
     )
 
 
-def _entry(item: object, where: str) -> TableEntry:
+def _entry(item: object, where: str, *, relative: bool) -> TableEntry:
     if not isinstance(item, dict):
         raise TableFormatError(f"{where}: expected an object, got {_kind(item)}")
+    tiling = Tiling(_int_map(item, "tiling", where, low=-INT32_MAX, high=INT32_MAX))
+    carried, is_default, carry_slower, carry_gain = None, None, None, None
+    if relative:
+        is_default, carry_slower = (
+            _flag(item, key, where) for key in ("is_default", "carry_slower")
+        )
+        carry_gain = _number(item, "carry_gain", where)
+    if relative and item.get("relative") is not None:
+        carried = Tiling(_int_map(item, "relative", where, low=-INT32_MAX, high=INT32_MAX))
+        if set(carried) != set(tiling):
+            raise TableFormatError(
+                f"{where}.relative: fields {', '.join(sorted(carried))} are not the tiling's "
+                f"{', '.join(sorted(tiling))}"
+            )
     return TableEntry(
         op=_text(item, "op", where),
         op_version=_text(item, "op_version", where),
         target=_text(item, "target", where),
         dtype=_text(item, "dtype", where),
         shape=Shape(_int_map(item, "shape", where, low=0, high=MAX_DIM)),
-        tiling=Tiling(_int_map(item, "tiling", where, low=-INT32_MAX, high=INT32_MAX)),
+        tiling=tiling,
         latency_us=_number(item, "latency_us", where, optional=False),
         default_latency_us=_number(item, "default_latency_us", where),
         speedup=_number(item, "speedup", where),
         evaluations=_int(item.get("evaluations"), f"{where}.evaluations", low=0, high=INT32_MAX),
+        relative=carried,
+        is_default=is_default,
+        carry_gain=carry_gain,
+        carry_slower=carry_slower,
     )
+
+
+def _flag(item: dict[str, Any], key: str, where: str) -> bool | None:
+    value = item.get(key)
+    if value is not None and not isinstance(value, bool):
+        raise TableFormatError(f"{where}.{key}: expected true, false or null, got {_short(value)}")
+    return value
 
 
 def _text(item: dict[str, Any], key: str, where: str) -> str:
@@ -333,124 +411,3 @@ def _number(item: dict[str, Any], key: str, where: str, *, optional: bool = True
     if not (0 < value <= MAX_LATENCY_US and math.isfinite(value)):
         raise TableFormatError(f"{where}.{key}: {_short(value)} is outside (0, {MAX_LATENCY_US:g}]")
     return float(value)
-
-
-# ---------------------------------------------------------------------------------------------
-# The C header
-
-
-def _c_name(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9]", "_", text).lower()
-
-
-def shape_order_key(shape: Mapping[str, int], dims: Sequence[str]) -> tuple[int, ...]:
-    """Shapes as tuples in the op's dims order: their sort order breaks distance ties."""
-    return tuple(shape[d] for d in dims)
-
-
-def render_header(doc: Mapping[str, Any], *, op: str) -> str:
-    """A C99/C++11 header with ``op``'s entries of the op's current version; see its comment.
-
-    Raises:
-        TableFormatError: ``doc`` is not a valid document.
-        InputError: unknown op, or entries whose tiling fields are not the op's tunables.
-    """
-    from tilewise.kernels.ops import get_op
-    from tilewise.kernels.targets import get_target
-
-    spec = get_op(op)
-    loaded = load_entries(doc, source="tiling table")
-    if loaded.rejected:
-        # Generated C is not a place to leave a row out quietly: the header is refused.
-        raise TableFormatError(f"tiling table: {loaded.rejected[0]}")
-    all_entries = [e for e in loaded.entries if e.op == op]
-    entries = [e for e in all_entries if e.op_version == spec.version]
-    stale = len(all_entries) - len(entries)
-    dims = spec.dims
-    upper = _c_name(op).upper()
-    prefix = f"tilewise_{_c_name(op)}"
-
-    groups: dict[tuple[str, str], list[TableEntry]] = {}
-    for e in entries:
-        groups.setdefault((e.target, e.dtype), []).append(e)
-    fields: list[str] | None = None
-    for (target, dtype), group in groups.items():
-        spec.validate_dtype(dtype)
-        if get_target(target).name != target:  # names go into C strings: only canonical ones
-            raise InputError(f"{op}: target {target!r} is not a canonical target name")
-        names = [t.name for t in spec.tunables(group[0].shape, dtype, get_target(target))]
-        if fields is None:
-            fields = names
-        for e in group:
-            if set(e.tiling) != set(names) or names != fields:
-                raise InputError(
-                    f"{op} {e.target} {e.dtype} {e.shape}: tiling fields "
-                    f"{', '.join(sorted(e.tiling))} are not the op's tunables {', '.join(names)}"
-                )
-            if set(e.shape) != set(dims):
-                raise InputError(f"{op}: entry shape {e.shape} does not have the dims {dims}")
-            spec.validate_shape(e.shape)
-    if fields is None:
-        from tilewise.kernels.targets import twin_target
-
-        unit = Shape({d: 1024 for d in dims})
-        fields = [t.name for t in spec.tunables(unit, spec.dtypes[0], twin_target())]
-    idents = {(t, d): f"{_c_name(t)}_{_c_name(d)}" for t, d in groups}
-    if len(set(idents.values())) != len(idents):
-        raise InputError(f"{op}: target/dtype names collide once made C identifiers")
-
-    generated_at = str(doc.get("generated_at", "?"))
-    if not re.fullmatch(r"[0-9A-Za-z:+.\- ]{1,40}", generated_at):
-        generated_at = "?"
-
-    def braces(items: Iterable[object]) -> str:  # a C initializer
-        return "{" + ", ".join(str(x) for x in items) + "}"
-
-    def row(e: TableEntry) -> str:
-        logs = (repr(spec.log_position(d, e.shape[d])) for d in dims)
-        return braces(
-            (braces(e.shape[d] for d in dims), braces(logs), braces(e.tiling[f] for f in fields))
-        )
-
-    return _template().render(
-        op=op,
-        version=__version__,
-        op_version=spec.version,
-        format=FORMAT,
-        format_version=FORMAT_VERSION,
-        generated_at=generated_at,
-        n_entries=len(entries),
-        stale=stale,
-        upper=upper,
-        prefix=prefix,
-        dims=dims,
-        fields=fields,
-        dim_args=", ".join(dims),
-        dim_params=", ".join(f"int64_t {d}" for d in dims),
-        least_init=braces(spec.dim_floors.get(d, 1) for d in dims),
-        asked_init=braces(dims),
-        groups=[
-            {
-                "target": target,
-                "dtype": dtype,
-                "ident": idents[(target, dtype)],
-                "rows": [row(e) for e in sorted(g, key=lambda e: shape_order_key(e.shape, dims))],
-            }
-            for (target, dtype), g in sorted(groups.items())
-        ],
-    )
-
-
-@cache
-def _template() -> jinja2.Template:
-    import jinja2  # at first use: the runtime imports this module and never renders C
-
-    templates = Path(__file__).parent / "templates"
-    environment = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(templates)),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-        autoescape=False,  # C, not HTML
-    )
-    environment.filters["c_name"] = _c_name
-    return environment.get_template("tiling_table.h.j2")

@@ -1,0 +1,356 @@
+"""Carrying a tuned tiling over to a shape nobody tuned.
+
+A tiling tuned at one shape holds values that only mean something there: ``singleCoreM = 128``
+is "M in 8 pieces" at M = 1024 and "M in 2 pieces" at M = 256. Each tunable whose meaning depends
+on the shape declares a :class:`~tilewise.kernels.ops._values.Carry` rule. :class:`CarryRules`
+resolves an op's rules for one dtype and target and turns a tiling into its *relative* form
+(:meth:`CarryRules.relative`: what keeps its meaning, e.g. the number of pieces) and a relative
+form back into a tiling for any shape (:meth:`CarryRules.derive`). At the tuned shape the round
+trip gives the tuned tiling back, value for value, for every tiling of the tuned shape's domains.
+
+The C header applies the same rules in the same integer arithmetic (:meth:`CarryRules.c_lines`
+writes them as C statements over the helpers in :data:`C_HELPERS`), so Python and C re-derive
+the same tiling from the same relative form. Every derived value is an integer of int32 range
+or the derivation fails (None; the C function returns 0): tiling fields are int32 in C.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from functools import cache
+from typing import TYPE_CHECKING, NamedTuple
+
+from tilewise.errors import InputError
+from tilewise.kernels.ops._values import Carry
+from tilewise.types import Shape, Tiling
+
+if TYPE_CHECKING:
+    from tilewise.kernels.ops._base import OpSpec
+    from tilewise.kernels.targets import TargetProfile
+
+__all__ = ["C_HELPERS", "CarryRules", "carry_rules"]
+
+INT32_MAX = 2**31 - 1
+
+
+def _div(a: int, b: int) -> int:
+    """ceil(a / b), and a itself for b <= 0 (never met with validated tilings): the C helper's
+    guard, kept here so that both sides stay one function."""
+    return -(-a // b) if b > 0 else a
+
+
+def _round(a: int, align: int) -> int:
+    return _div(a, align) * align
+
+
+def _per(a: int, b: int) -> int:
+    """a / b rounded down, at least 1 (a itself for b <= 0): a product divided back."""
+    return max(1, a // b) if b > 0 else a
+
+
+def _plain(values: Mapping[str, int]) -> dict[str, int]:
+    if isinstance(values, Tiling):
+        return dict(values._index)  # type: ignore[attr-defined]  # a copy of its own dict
+    return dict(values)
+
+
+class _Kind:
+    """One kind of :class:`Carry`: the stored form, the value re-derived from it, and the same
+    derivation as a C expression (``tilewise_*_`` helpers of :data:`C_HELPERS`)."""
+
+    def stored(self, value: int, size: int, carry: Carry) -> int:
+        return value
+
+    def derive(self, stored: int, size: int, carry: Carry, bound: int, domain: Domain) -> int:
+        raise NotImplementedError
+
+    def c(self, stored: str, size: str, carry: Carry, bound: str) -> str:
+        raise NotImplementedError
+
+
+class _Split(_Kind):
+    def stored(self, value: int, size: int, carry: Carry) -> int:
+        return _div(size, value)
+
+    def derive(self, stored: int, size: int, carry: Carry, bound: int, domain: Domain) -> int:
+        return _round(_div(size, stored), carry.align)
+
+    def c(self, stored: str, size: str, carry: Carry, bound: str) -> str:
+        return f"tilewise_round_({size}, {stored}, {carry.align})"
+
+
+class _Count(_Kind):
+    def derive(self, stored: int, size: int, carry: Carry, bound: int, domain: Domain) -> int:
+        b = max(1, stored)
+        while b > 1 and _round(_div(size, b), carry.align) * (b - 1) >= size:
+            b -= 1
+        return b
+
+    def c(self, stored: str, size: str, carry: Carry, bound: str) -> str:
+        return f"tilewise_count_({size}, {stored}, {carry.align})"
+
+
+class _Whole(_Kind):
+    def stored(self, value: int, size: int, carry: Carry) -> int:
+        return 0 if value >= _round(size, carry.align) else value
+
+    def derive(self, stored: int, size: int, carry: Carry, bound: int, domain: Domain) -> int:
+        whole = _round(size, carry.align)
+        return whole if stored <= 0 else min(stored, whole)
+
+    def c(self, stored: str, size: str, carry: Carry, bound: str) -> str:
+        return f"tilewise_whole_({size}, {stored}, {carry.align})"
+
+
+class _Cap(_Kind):
+    def derive(self, stored: int, size: int, carry: Carry, bound: int, domain: Domain) -> int:
+        limit = stored if stored < bound else bound
+        best = domain[0]
+        for v in domain:
+            if v <= limit and (best > limit or v > best):
+                best = v
+        return best
+
+    def c(self, stored: str, size: str, carry: Carry, bound: str) -> str:
+        return f"tilewise_cap_({stored}, {bound}, d, (int)(sizeof d / sizeof d[0]))"
+
+
+Domain = tuple[int, ...]
+_KINDS: dict[str, _Kind] = {
+    "split": _Split(),
+    "count": _Count(),
+    "whole": _Whole(),
+    "cap": _Cap(),
+}
+
+
+class _Rule(NamedTuple):
+    """One tunable's resolved rule."""
+
+    field: str
+    carry: Carry
+    kind: _Kind
+    domain: Domain  # the tunable's values (read by caps, whose domain no shape changes)
+
+
+class CarryRules:
+    """An op's carry rules for one dtype and target; see the module docstring."""
+
+    def __init__(self, spec: OpSpec, fields: tuple[str, ...], rules: tuple[_Rule, ...]) -> None:
+        self.spec = spec
+        #: The tiling's fields in tunables order (the C header's field order).
+        self.fields = fields
+        #: Rules in the order they apply: every rule but the caps first, then the caps in their
+        #: declaration order (a cap's bound reads values carried before it).
+        self.rules = rules
+        # What derive reads of each rule, unpacked once: derive runs per nearest candidate.
+        self._plan = tuple(
+            (
+                r.field,
+                r.kind.derive,
+                r.carry,
+                r.carry.extent,
+                tuple((b.field, b.extent, b.per, b.align) for b in r.carry.bounds),
+                r.domain,
+                r.carry.product,
+            )
+            for r in rules
+        )
+        #: The extents (products of :meth:`OpSpec.extents` names) the rules read.
+        self.extents: tuple[tuple[str, ...], ...] = tuple(
+            dict.fromkeys(
+                [r.carry.extent for r in rules if r.carry.extent]
+                + [b.extent for r in rules for b in r.carry.bounds if b.extent]
+            )
+        )
+        # Whether a rule reads a size the op derives from its dims (a conv's output pixels).
+        self._derived = any(n not in spec.dims for names in self.extents for n in names)
+
+    def _sizes(self, shape: Mapping[str, int]) -> dict[tuple[str, ...], int]:
+        sizes = self.spec.extents(Shape(shape)) if self._derived else shape
+        return {names: math.prod([sizes[n] for n in names]) for names in self.extents}
+
+    def relative(self, tiling: Mapping[str, int], shape: Shape) -> Tiling:
+        """``tiling`` (of ``shape``) in the form that keeps its meaning at another shape."""
+        sizes = self._sizes(shape)
+        out = _plain(tiling)
+        for rule in self.rules:
+            carry = rule.carry
+            value = out[rule.field] * (tiling[carry.product] if carry.product else 1)
+            out[rule.field] = rule.kind.stored(value, sizes.get(carry.extent, 0), carry)
+        return Tiling(out)
+
+    def derive(self, relative: Mapping[str, int], shape: Mapping[str, int]) -> Tiling | None:
+        """The tiling a relative form stands for at ``shape``; None when a value would leave
+        int32 (a split of an extent beyond it)."""
+        sizes = self._sizes(shape)
+        out = _plain(relative)
+        for field, derive, carry, extent, bounds, domain, product in self._plan:
+            bound = INT32_MAX
+            for b_field, b_extent, b_per, b_align in bounds:
+                x = out[b_field] if b_field is not None else sizes[b_extent]
+                if b_per is not None:
+                    x = _div(x, out[b_per])
+                x = _round(x, b_align)
+                if x < bound:
+                    bound = x
+            stored = out[field] if product is None else _per(out[field], out[product])
+            value = derive(stored, sizes.get(extent, 0), carry, bound, domain)
+            if not -INT32_MAX <= value <= INT32_MAX:
+                return None
+            out[field] = value
+        return Tiling.of_ints(out)
+
+    def carry(self, tiling: Mapping[str, int], tuned: Shape, asked: Shape) -> Tiling | None:
+        """``tiling`` of the ``tuned`` shape carried over to ``asked`` (itself when they are the
+        same shape)."""
+        if tuned == asked:
+            return Tiling(tiling)
+        return self.derive(self.relative(tiling, tuned), asked)
+
+    def c_lines(self, extent_c: Mapping[str, str]) -> list[str]:
+        """C statements that derive ``t`` (int32_t[fields]) from ``rel`` (the relative form) at
+        the asked shape, inside a function whose dims are int64_t variables named as the op's
+        dims; each returns 0 from the function when a value leaves int32. ``extent_c`` holds the
+        C expression of each extent name that is not a dim.
+
+        Raises:
+            InputError: a rule reads an extent that has no C expression.
+        """
+        index = {name: i for i, name in enumerate(self.fields)}
+        lines = []
+        for names in self.extents:
+            parts = []
+            for n in names:
+                if n in self.spec.dims:
+                    parts.append(n)
+                elif n in extent_c:
+                    parts.append(f"({extent_c[n]})")
+                else:
+                    raise InputError(f"{self.spec.name}: extent {n} has no C expression")
+            lines.append(f"const int64_t {_c_extent(names)} = {' * '.join(parts)};")
+        lines.append(f"memcpy(t, rel, sizeof(int32_t) * {len(self.fields)});")
+        for rule in self.rules:
+            carry, i = rule.carry, index[rule.field]
+            bounds = [
+                "tilewise_round_("
+                + (f"t[{index[b.field]}]" if b.field is not None else _c_extent(b.extent))
+                + (f", t[{index[b.per]}]" if b.per is not None else ", 1")
+                + f", {b.align})"
+                for b in carry.bounds
+            ]
+            bound = bounds[0] if bounds else ""
+            for other in bounds[1:]:
+                bound = f"tilewise_min_({bound}, {other})"
+            size = _c_extent(carry.extent) if carry.extent else "0"
+            stored = f"rel[{i}]"
+            if carry.product is not None:
+                stored = f"tilewise_per_({stored}, t[{index[carry.product]}])"
+            expr = rule.kind.c(stored, size, carry, bound)
+            lines.append(f"/* {rule.field}: {carry.kind} */")
+            if isinstance(rule.kind, _Cap):
+                domain = ", ".join(str(v) for v in rule.domain)
+                lines += [
+                    "{",
+                    f"    static const int32_t d[] = {{{domain}}};",
+                    f"    if (!tilewise_set_(&t[{i}], {expr})) return 0;",
+                    "}",
+                ]
+            else:
+                lines.append(f"if (!tilewise_set_(&t[{i}], {expr})) return 0;")
+        return lines
+
+
+def _c_extent(names: tuple[str, ...]) -> str:
+    return "size_" + "_".join(names)
+
+
+@cache
+def carry_rules(spec: OpSpec, dtype: str, target: TargetProfile) -> CarryRules:
+    """``spec``'s carry rules for ``dtype`` on ``target``, from its tunables' declarations.
+
+    Raises:
+        InputError: a cap bounded by a tunable that is not the op's or is carried after it; a
+            cap without bounds or another kind without an extent.
+    """
+    probe = Shape({d: max(1, spec.dim_floors.get(d, 1)) for d in spec.dims})
+    tunables = spec.tunables(probe, dtype, target)
+    fields = tuple(t.name for t in tunables)
+    declared = [t for t in tunables if t.carry is not None]
+    ordered = [t for t in declared if t.carry and t.carry.kind != "cap"]
+    ordered += [t for t in declared if t.carry and t.carry.kind == "cap"]
+    done = {t.name for t in tunables if t.carry is None or t.carry.kind != "cap"}
+    rules = []
+    for tunable in ordered:
+        carry = tunable.carry
+        assert carry is not None
+        if (carry.kind == "cap") != bool(carry.bounds) or (carry.kind == "cap") == bool(
+            carry.extent
+        ):
+            raise InputError(
+                f"{spec.name}: {tunable.name}: a cap has bounds and no extent, other carry "
+                "kinds an extent and no bounds"
+            )
+        if carry.product is not None and carry.kind != "cap":
+            raise InputError(f"{spec.name}: {tunable.name}: only a cap keeps a product")
+        for bound in carry.bounds:
+            for name in (bound.field, bound.per, carry.product):
+                if name is not None and name not in done:
+                    raise InputError(
+                        f"{spec.name}: {tunable.name} is capped by {name}, which is not one of "
+                        "its tunables carried before it"
+                    )
+        rules.append(_Rule(tunable.name, carry, _KINDS[carry.kind], tunable.values))
+        done.add(tunable.name)
+    return CarryRules(spec, fields, tuple(rules))
+
+
+#: The C helpers the header's carry functions call (defined once per translation unit).
+C_HELPERS = """\
+#ifndef TILEWISE_CARRY_HELPERS_
+#define TILEWISE_CARRY_HELPERS_
+/* ceil(a / b) rounded up to a multiple of align (a itself for b <= 0). */
+static inline int64_t tilewise_round_(int64_t a, int64_t b, int64_t align)
+{
+    int64_t q = b > 0 ? (a + b - 1) / b : a;
+    return (q + align - 1) / align * align;
+}
+static inline int64_t tilewise_min_(int64_t a, int64_t b) { return a < b ? a : b; }
+/* a / b rounded down, at least 1 (a itself for b <= 0). */
+static inline int64_t tilewise_per_(int64_t a, int64_t b)
+{
+    return b > 0 ? (a / b > 1 ? a / b : 1) : a;
+}
+/* The most blocks, at most b, that leave no block without work. */
+static inline int64_t tilewise_count_(int64_t size, int64_t b, int64_t align)
+{
+    if (b < 1) b = 1;
+    while (b > 1 && tilewise_round_(size, b, align) * (b - 1) >= size) --b;
+    return b;
+}
+/* The whole extent rounded up (stored 0), or the chunk, never above the whole. */
+static inline int64_t tilewise_whole_(int64_t size, int64_t stored, int64_t align)
+{
+    int64_t whole = tilewise_round_(size, 1, align);
+    return stored <= 0 ? whole : tilewise_min_(stored, whole);
+}
+/* The largest domain value within min(value, bound), else the smallest. */
+static inline int64_t tilewise_cap_(int64_t value, int64_t bound, const int32_t* d, int n)
+{
+    int64_t limit = tilewise_min_(value, bound);
+    int64_t best = d[0];
+    int i;
+    for (i = 0; i < n; ++i) {
+        if (d[i] <= limit && (best > limit || d[i] > best)) best = d[i];
+    }
+    return best;
+}
+static inline int tilewise_set_(int32_t* out, int64_t v)
+{
+    if (v < -2147483647 || v > 2147483647) return 0;
+    *out = (int32_t)v;
+    return 1;
+}
+#endif
+"""

@@ -1,0 +1,163 @@
+"""The C header of one op's tiling table (see :mod:`tilewise.export` and the comment the header
+starts with)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from functools import cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tilewise import __version__
+from tilewise.errors import InputError
+from tilewise.export._document import (
+    FORMAT,
+    FORMAT_VERSION,
+    TableEntry,
+    TableFormatError,
+    checked_relative,
+    is_default_tiling,
+    load_entries,
+)
+from tilewise.types import Shape, Tiling
+
+if TYPE_CHECKING:
+    import jinja2
+
+
+def _c_name(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]", "_", text).lower()
+
+
+def shape_order_key(shape: Mapping[str, int], dims: Sequence[str]) -> tuple[int, ...]:
+    """Shapes as tuples in the op's dims order: their sort order breaks distance ties."""
+    return tuple(shape[d] for d in dims)
+
+
+def render_header(doc: Mapping[str, Any], *, op: str) -> str:
+    """A C99/C++11 header with ``op``'s entries of the op's current version; see its comment.
+
+    Raises:
+        TableFormatError: ``doc`` is not a valid document.
+        InputError: unknown op, or entries whose tiling fields are not the op's tunables.
+    """
+    from tilewise.kernels.ops import CARRY_C_HELPERS, get_op
+    from tilewise.kernels.targets import get_target
+
+    spec = get_op(op)
+    loaded = load_entries(doc, source="tiling table")
+    if loaded.rejected:
+        # Generated C is not a place to leave a row out quietly: the header is refused.
+        raise TableFormatError(f"tiling table: {loaded.rejected[0]}")
+    all_entries = [e for e in loaded.entries if e.op == op]
+    entries = [e for e in all_entries if e.op_version == spec.version]
+    stale = len(all_entries) - len(entries)
+    dims = spec.dims
+    upper = _c_name(op).upper()
+    prefix = f"tilewise_{_c_name(op)}"
+
+    groups: dict[tuple[str, str], list[TableEntry]] = {}
+    for e in entries:
+        groups.setdefault((e.target, e.dtype), []).append(e)
+    fields: list[str] | None = None
+    relatives: dict[int, Tiling] = {}
+    defaults: dict[int, bool] = {}
+    for (target, dtype), group in groups.items():
+        spec.validate_dtype(dtype)
+        if get_target(target).name != target:  # names go into C strings: only canonical ones
+            raise InputError(f"{op}: target {target!r} is not a canonical target name")
+        names = [t.name for t in spec.tunables(group[0].shape, dtype, get_target(target))]
+        if fields is None:
+            fields = names
+        for e in group:
+            if set(e.tiling) != set(names) or names != fields:
+                raise InputError(
+                    f"{op} {e.target} {e.dtype} {e.shape}: tiling fields "
+                    f"{', '.join(sorted(e.tiling))} are not the op's tunables {', '.join(names)}"
+                )
+            if set(e.shape) != set(dims):
+                raise InputError(f"{op}: entry shape {e.shape} does not have the dims {dims}")
+            spec.validate_shape(e.shape)
+            relatives[id(e)] = checked_relative(e, spec, get_target(target))
+            is_default = e.is_default if e.is_default is not None else is_default_tiling(e)
+            defaults[id(e)] = is_default or bool(e.carry_slower)
+    if fields is None:
+        from tilewise.kernels.targets import twin_target
+
+        unit = Shape({d: 1024 for d in dims})
+        fields = [t.name for t in spec.tunables(unit, spec.dtypes[0], twin_target())]
+    idents = {(t, d): f"{_c_name(t)}_{_c_name(d)}" for t, d in groups}
+    if len(set(idents.values())) != len(idents):
+        raise InputError(f"{op}: target/dtype names collide once made C identifiers")
+
+    generated_at = str(doc.get("generated_at", "?"))
+    if not re.fullmatch(r"[0-9A-Za-z:+.\- ]{1,40}", generated_at):
+        generated_at = "?"
+
+    def braces(items: Iterable[object]) -> str:  # a C initializer
+        return "{" + ", ".join(str(x) for x in items) + "}"
+
+    def row(e: TableEntry) -> str:
+        logs = (repr(spec.log_position(d, e.shape[d])) for d in dims)
+        relative = relatives[id(e)]
+        return braces(
+            (
+                braces(e.shape[d] for d in dims),
+                braces(logs),
+                braces(e.tiling[f] for f in fields),
+                braces(relative[f] for f in fields),
+                int(defaults[id(e)]),
+            )
+        )
+
+    def carry_lines(target: str, dtype: str) -> list[str]:
+        rules = spec.carry_rules(dtype, get_target(target))
+        if list(rules.fields) != fields:
+            raise InputError(f"{op}: the carry rules' fields are not the tiling's")
+        return rules.c_lines(spec.c_extents)
+
+    return _template().render(
+        op=op,
+        version=__version__,
+        op_version=spec.version,
+        format=FORMAT,
+        format_version=FORMAT_VERSION,
+        generated_at=generated_at,
+        n_entries=len(entries),
+        stale=stale,
+        upper=upper,
+        prefix=prefix,
+        dims=dims,
+        fields=fields,
+        dim_args=", ".join(dims),
+        dim_params=", ".join(f"int64_t {d}" for d in dims),
+        least_init=braces(spec.dim_floors.get(d, 1) for d in dims),
+        asked_init=braces(dims),
+        carry_helpers=CARRY_C_HELPERS,
+        groups=[
+            {
+                "target": target,
+                "dtype": dtype,
+                "ident": idents[(target, dtype)],
+                "rows": [row(e) for e in sorted(g, key=lambda e: shape_order_key(e.shape, dims))],
+                "carry": carry_lines(target, dtype),
+            }
+            for (target, dtype), g in sorted(groups.items())
+        ],
+    )
+
+
+@cache
+def _template() -> jinja2.Template:
+    import jinja2  # at first use: the runtime imports this module and never renders C
+
+    templates = Path(__file__).parent.parent / "templates"
+    environment = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,  # C, not HTML
+    )
+    environment.filters["c_name"] = _c_name
+    return environment.get_template("tiling_table.h.j2")
