@@ -118,18 +118,26 @@ def test_show_an_untuned_shape_prints_the_runtimes_nearest_answer(tmp_path: Path
         tmp_path=tmp_path, db=db,
     )  # fmt: skip
     assert tuned.returncode == 0, tuned.stderr
-    stored = json.loads(tuned.stdout)["best"]["tiling"]
     done = tilewise(
         "show", "scale_relu_dropout", "--shape", "N=8192", "--json", tmp_path=tmp_path, db=db
     )
     assert done.returncode == 1
     shown = json.loads(done.stdout)
-    assert shown["tuned"] is False and shown["runtime"]["source"] == "nearest"
-    assert shown["runtime"]["workload"]["shape"] == {"N": 4096}
-    assert shown["runtime"]["distance"] == 1.0
+    runtime = shown["runtime"]
+    assert shown["tuned"] is False and runtime["workload"]["shape"] == {"N": 4096}
+    assert runtime["distance"] == 1.0
+    # A 2-evaluation tune may keep the default: then the runtime answers this shape's default.
+    assert (runtime["source"], runtime["rule"]) in {
+        ("nearest", "carried"),
+        ("default", "kept_default"),
+    }
     text = tilewise("show", "scale_relu_dropout", "--shape", "N=8192", tmp_path=tmp_path, db=db)
-    assert "the runtime answers nearest: the tiling tuned for N=4096" in text.stdout
-    assert set(shown["runtime"]["tiling"]) == set(stored)
+    said = {
+        "carried": "the runtime answers nearest: the tiling tuned for N=4096, re-derived",
+        "kept_default": "the runtime answers default: this shape's default: the nearest tuned "
+        "shape (N=4096) kept its default",
+    }[runtime["rule"]]
+    assert said in " ".join(text.stdout.split())
 
 
 def test_show_of_a_missing_sqlite_file_is_an_error_naming_it(tmp_path: Path) -> None:

@@ -68,15 +68,18 @@ def show(
                 f"{spec.name} {parsed} {dtype} on {profile.name}: not tuned "
                 f"(run `tilewise tune {spec.name} --shape {parsed.key()}`)"
             )
-            if answer.workload is not None:
-                origin = (
-                    f"the tiling tuned for {answer.workload.shape.key()} "
-                    f"(log2 distance {answer.distance:.2f})"
-                )
-            else:
-                origin = "the op's default heuristic (no tuned shape of the op fits)"
+            tuned = answer.workload.shape.key() if answer.workload is not None else None
+            origin = {
+                "carried": f"the tiling tuned for {tuned}, re-derived for this shape",
+                "kept_default": f"this shape's default: the nearest tuned shape ({tuned}) kept "
+                "its default",
+                "measured_slower": f"this shape's default: the tiling tuned for {tuned} measured "
+                "slower than the default at other shapes",
+            }.get(answer.rule, "the op's default heuristic (no tuned shape of the op fits)")
+            away = f" (log2 distance {answer.distance:.2f})" if tuned is not None else ""
             out.print(
-                f"the runtime answers {answer.source}: {origin}: {json.dumps(dict(answer.tiling))}"
+                f"the runtime answers {answer.source}: {origin}{away}: "
+                f"{json.dumps(dict(answer.tiling))}"
             )
         raise typer.Exit(1)
     result = {
