@@ -36,6 +36,7 @@ from tilewise.api.schemas import (
     BatchTotals,
     WorkloadPublic,
 )
+from tilewise.kernels.backends import current_toolchain_id
 from tilewise.manifest import ManifestError, assign_budgets
 from tilewise.settings import Settings
 from tilewise.store import BatchItemView, BatchRow
@@ -59,7 +60,10 @@ def submit(session: Session, body: BatchCreate, settings: Settings) -> BatchPubl
     }
     rows = [committed[e.workload.key] for e in entries]
     tuned = [
-        not body.force and store.get_tiling(session, workload_id=r.id) is not None for r in rows
+        not body.force
+        and store.get_tiling(session, workload_id=r.id, toolchain=current_toolchain_id(r.target))
+        is not None
+        for r in rows
     ]
     to_tune = [i for i, done in enumerate(tuned) if not done]
     try:

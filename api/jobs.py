@@ -25,6 +25,7 @@ from tilewise import store
 from tilewise.api.deps import TuneRequest
 from tilewise.api.errors import NotFound
 from tilewise.api.schemas import JobPublic, TunedPublic
+from tilewise.kernels.backends import current_toolchain_id
 from tilewise.store import JobRow, JobStatus
 
 ACTIVE = (JobStatus.QUEUED, JobStatus.RUNNING)
@@ -43,7 +44,9 @@ def submit(session: Session, request: TuneRequest) -> Submitted:
     """Apply the submission policy of the module docstring."""
     workload = store.commit_workload(session, request.what.workload)
     if not request.force:
-        tiling = store.get_tiling(session, workload_id=workload.id)
+        tiling = store.get_tiling(
+            session, workload_id=workload.id, toolchain=current_toolchain_id(workload.target)
+        )
         if tiling is not None:
             return Submitted(tuned=TunedPublic.of(workload, tiling))
     store.lock_workload(session, workload_id=workload.id)

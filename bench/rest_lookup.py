@@ -30,6 +30,7 @@ from pathlib import Path
 import httpx
 
 from tilewise import store
+from tilewise.kernels.backends import current_toolchain
 from tilewise.kernels.ops import get_op
 from tilewise.kernels.targets import get_target
 from tilewise.status import RecordSource, RecordStatus
@@ -44,6 +45,10 @@ def free_port() -> int:
 
 def seed(url: str, n: int, rng: random.Random) -> list[dict[str, int]]:
     spec, target = get_op("linear_add_gelu"), get_target("cpu-twin")
+    # The toolchain the service serves: this host's (a stale entry is not served).
+    toolchain = current_toolchain(target)
+    if toolchain is None:
+        raise SystemExit("no C++ compiler for the cpu-twin")
     db = store.open_store(url)
     shapes: list[dict[str, int]] = []
     with db.session() as s:
@@ -58,6 +63,7 @@ def seed(url: str, n: int, rng: random.Random) -> list[dict[str, int]]:
             )
             rec = store.add_record(
                 s,
+                toolchain=toolchain,
                 workload_id=row.id,
                 tiling=tiling,
                 status=RecordStatus.OK,
@@ -69,6 +75,7 @@ def seed(url: str, n: int, rng: random.Random) -> list[dict[str, int]]:
             )
             store.upsert_tiling(
                 s,
+                toolchain=toolchain,
                 workload_id=row.id,
                 record_id=rec.id,
                 tiling=tiling,

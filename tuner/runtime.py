@@ -365,9 +365,12 @@ class TilingTable:
         op: str | None = None,
         target: str | None = None,
         dtype: str | None = None,
+        any_toolchain: bool = False,
         **options: int,
     ) -> TilingTable:
-        """From the database at ``url`` (never created or migrated here).
+        """From the database at ``url`` (never created or migrated here): the tilings measured
+        with this host's toolchain of their target, or with ``any_toolchain`` also those of
+        others where the workload has none of this one (:func:`tilewise.export.table_document`).
 
         Raises:
             StoreError, SchemaError: the database cannot be used.
@@ -378,7 +381,9 @@ class TilingTable:
         store = open_store(url, create=False)
         try:
             with store.session() as session:
-                doc = table_document(session, op=op, target=target, dtype=dtype)
+                doc = table_document(
+                    session, op=op, target=target, dtype=dtype, any_toolchain=any_toolchain
+                )
         finally:
             store.close()
         return cls.from_document(doc, source=store.safe_url, **options)

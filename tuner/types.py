@@ -167,3 +167,78 @@ class Workload:
             "shape": dict(self.shape),
             "key": self.key,
         }
+
+
+#: The toolchain id of what was measured before tilewise kept toolchains: always stale.
+UNKNOWN_TOOLCHAIN = "unknown"
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    """What measured a tiling, besides the kernel: a timing holds only for the same compiler,
+    the same twin headers (or CANN version) and the same target profile (chip limits).
+
+    ``compiler`` is e.g. ``clang 19.1`` (on Ascend, ``CANN 8.1.RC1``); ``headers`` is
+    ``twin 1a2b3c4d5e6f`` (a hash of the twin headers) or ``CANN 8.1.RC1``; ``profile`` a hash of
+    the target profile's sizes. ``id`` is a short hash of them all: what tilings are keyed by.
+    """
+
+    backend: str
+    compiler: str
+    headers: str
+    profile: str
+    id: str = field(init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.backend == UNKNOWN_TOOLCHAIN:
+            ident = UNKNOWN_TOOLCHAIN
+        else:
+            parts = [self.backend, self.compiler, self.headers, self.profile]
+            ident = hashlib.sha256(canonical_json(parts).encode()).hexdigest()[:12]
+        object.__setattr__(self, "id", ident)
+
+    @classmethod
+    def unknown(cls) -> Toolchain:
+        u = UNKNOWN_TOOLCHAIN
+        return cls(u, u, u, u)
+
+    @property
+    def known(self) -> bool:
+        return self.id != UNKNOWN_TOOLCHAIN
+
+    def __str__(self) -> str:
+        if not self.known:
+            return "unknown toolchain"
+        return f"{self.compiler}, {self.headers}, profile {self.profile}"
+
+    def to_dict(self) -> dict[str, str]:
+        return {
+            "id": self.id,
+            "backend": self.backend,
+            "compiler": self.compiler,
+            "headers": self.headers,
+            "profile": self.profile,
+        }
+
+    def stale_reason(self, current: Toolchain | None) -> str | None:
+        """Why an entry measured with this toolchain is stale on ``current`` (None: it is not;
+        ``current`` None: this host's toolchain is not known, nothing to compare with)."""
+        if current is None or self.id == current.id:
+            return None
+        if not self.known:
+            return "toolchain not recorded (tuned before tilewise kept toolchains)"
+        reasons = []
+        if self.backend != current.backend:
+            reasons.append(f"measured on {self.backend} (now {current.backend})")
+        if self.compiler != current.compiler:
+            reasons.append(f"compiled with {self.compiler} (now {current.compiler})")
+        if self.headers != current.headers:
+            old, new = self.headers.partition(" ")[0], current.headers.partition(" ")[0]
+            reasons.append(
+                "twin headers changed"
+                if old == new == "twin"
+                else f"built with {self.headers} (now {current.headers})"
+            )
+        if self.profile != current.profile:
+            reasons.append("target profile changed")
+        return "; ".join(reasons) or "another toolchain"

@@ -21,6 +21,12 @@ from tilewise.kernels.backends._base import (
     MeasureOptions,
     RunResult,
 )
+from tilewise.kernels.backends._toolchain import (
+    current_toolchain,
+    current_toolchain_id,
+    current_toolchain_ids,
+    profile_digest,
+)
 from tilewise.kernels.targets import TargetProfile
 from tilewise.settings import Settings
 
@@ -35,7 +41,11 @@ __all__ = [
     "RunResult",
     "check_plan",
     "create_backend",
+    "current_toolchain",
+    "current_toolchain_id",
+    "current_toolchain_ids",
     "predict",
+    "profile_digest",
     "rank",
 ]
 

@@ -48,7 +48,7 @@ from typing import Any
 from tilewise.kernels.ops import Check, OpSpec
 from tilewise.kernels.targets import TargetProfile
 from tilewise.status import RecordStatus
-from tilewise.types import Shape, Tiling
+from tilewise.types import Shape, Tiling, Toolchain
 
 
 @dataclass(frozen=True)
@@ -174,6 +174,14 @@ class Backend(ABC):
         """Up to ``limit`` tilings this backend expects to be fast, best first, for the search to
         measure first; by default none."""
         return []
+
+    def toolchain(self, target: TargetProfile) -> Toolchain:
+        """The toolchain this backend measures ``target`` with (kept with every record and
+        stored tiling). By default the host's own for the target (:func:`current_toolchain`):
+        right for a backend that builds with the host's tools; others override it."""
+        from tilewise.kernels.backends._toolchain import current_toolchain
+
+        return current_toolchain(target) or Toolchain.unknown()
 
     def environment(self) -> dict[str, Any]:
         """Facts recorded with every measurement (compiler, flags, host ...)."""

@@ -23,12 +23,13 @@ from tilewise.kernels.backends._compiler import (
     max_stack_frame,
 )
 from tilewise.kernels.backends._problem import Problem
+from tilewise.kernels.backends._toolchain import twin_toolchain
 from tilewise.kernels.backends._runner import RunnerCrashed, RunnerProcess, RunnerTimeout
 from tilewise.kernels.ops import OpSpec
 from tilewise.kernels.targets import TargetProfile, twin_target
 from tilewise.settings import Settings, get_settings
 from tilewise.status import RecordStatus
-from tilewise.types import Shape, Tiling
+from tilewise.types import Shape, Tiling, Toolchain
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +56,17 @@ def _twin_sources_digest() -> str:
         p for p in TWIN_DIR.rglob("*") if p.suffix in {".h", ".hpp"} and runner not in p.parents
     )
     return _digest(*(p.read_bytes() for p in files))
+
+
+def twin_headers_digest() -> str:
+    """The twin headers' hash, computed once per process (part of the toolchain's key)."""
+    global _HEADERS_DIGEST
+    if _HEADERS_DIGEST is None:
+        _HEADERS_DIGEST = _twin_sources_digest()
+    return _HEADERS_DIGEST
+
+
+_HEADERS_DIGEST: str | None = None
 
 
 def _runner_sources_digest() -> str:
@@ -110,6 +122,9 @@ class CpuTwinBackend(Backend):
         self._threads = self.settings.runner_threads or os.cpu_count() or 1
 
     # -- environment -------------------------------------------------------------------------
+    def toolchain(self, target: TargetProfile) -> Toolchain:
+        return twin_toolchain(f"{self.compiler.kind} {self.compiler.version}", target)
+
     def environment(self) -> dict[str, Any]:
         return {
             "backend": self.name,

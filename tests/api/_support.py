@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import uvicorn
+from tests_support import host_toolchain
 
 from tilewise import store
 from tilewise.api import create_app
@@ -74,6 +75,7 @@ def seed_tuned(
             records.append(
                 store.add_record(
                     session,
+                    toolchain=host_toolchain(),
                     workload_id=row.id,
                     tiling=tiling,
                     status="ok",
@@ -86,6 +88,7 @@ def seed_tuned(
             if i == 1:
                 store.add_record(
                     session,
+                    toolchain=host_toolchain(),
                     workload_id=row.id,
                     tiling=tiling,
                     status="build_failed",
@@ -96,6 +99,7 @@ def seed_tuned(
         best = min(records, key=lambda r: r.latency_us or 0.0)
         remeasured = store.add_record(
             session,
+            toolchain=host_toolchain(),
             workload_id=row.id,
             tiling=best.tiling,
             status="ok",
@@ -106,6 +110,7 @@ def seed_tuned(
         assert best.latency_us is not None
         store.upsert_tiling(
             session,
+            toolchain=host_toolchain(),
             workload_id=row.id,
             record_id=remeasured.id,
             tiling=best.tiling,

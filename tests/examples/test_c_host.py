@@ -142,6 +142,7 @@ def _hold_a_tuned_tiling(db_url: str) -> None:
             )
             store.upsert_tiling(
                 s,
+                toolchain=stored.toolchain,
                 workload_id=workload.id,
                 record_id=other.id,
                 tiling=Tiling(other.tiling),

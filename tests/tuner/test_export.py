@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests_support import host_toolchain
 
 from tilewise import store as st
 from tilewise.errors import InputError
@@ -52,6 +53,7 @@ def _tune(
     row = st.commit_workload(session, workload)
     record = st.add_record(
         session,
+        toolchain=host_toolchain(),
         workload_id=row.id,
         tiling=tiling,
         status="ok",
@@ -61,6 +63,7 @@ def _tune(
     )
     st.upsert_tiling(
         session,
+        toolchain=host_toolchain(),
         workload_id=row.id,
         record_id=record.id,
         tiling=tiling,
@@ -156,6 +159,7 @@ def _measure(
 ) -> int:
     record = st.add_record(
         session,
+        toolchain=host_toolchain(),
         workload_id=workload_id,
         tiling=tiling,
         status="ok",
@@ -184,6 +188,7 @@ def _tuned_with_records(
     default = LAG.default_tiling(Shape(shape), "float32", twin)
     st.upsert_tiling(
         session,
+        toolchain=host_toolchain(),
         workload_id=workload.id,
         record_id=ids[best],
         tiling=best,

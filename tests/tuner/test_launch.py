@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
+from tests_support import host_toolchain
 
 import tilewise
 from tests.api._support import live_server, make_settings
@@ -335,9 +336,11 @@ def tuned(db_url: str) -> Iterator[tuple[str, Tiling]]:
                 session, Workload(LAG.name, LAG.version, "cpu-twin", "float32", ODD)
             )
             record = st.add_record(session, workload_id=row.id, tiling=tiling, status="ok",
-                                   latency_us=5.0, source="search", env={"host": "test"})  # fmt: skip
+                                   latency_us=5.0, source="search", env={"host": "test"},
+                                   toolchain=host_toolchain())  # fmt: skip
             st.upsert_tiling(session, workload_id=row.id, record_id=record.id, tiling=tiling,
-                             latency_us=5.0, default_latency_us=9.0, speedup=1.8, evaluations=3)  # fmt: skip
+                             latency_us=5.0, default_latency_us=9.0, speedup=1.8, evaluations=3,
+                             toolchain=host_toolchain())  # fmt: skip
     finally:
         store.close()
     yield db_url, tiling

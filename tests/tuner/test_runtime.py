@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
+from tests_support import host_toolchain
 
 from tilewise import store as st
 from tilewise.errors import InputError, StoreError
@@ -618,6 +619,7 @@ def _tune(
     row = st.commit_workload(session, workload)
     record = st.add_record(
         session,
+        toolchain=host_toolchain(),
         workload_id=row.id,
         tiling=tiling,
         status="ok",
@@ -627,6 +629,7 @@ def _tune(
     )
     st.upsert_tiling(
         session,
+        toolchain=host_toolchain(),
         workload_id=row.id,
         record_id=record.id,
         tiling=tiling,

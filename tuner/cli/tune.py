@@ -114,7 +114,9 @@ def tune(
             TimeElapsedColumn(),
         )
         with db_handle.session() as s:
-            stored_before = store.get_tiling(s, workload_id=tuner.workload_id)
+            stored_before = store.get_tiling(
+                s, workload_id=tuner.workload_id, toolchain=tuner.toolchain.id
+            )
         earlier = sum(1 for o in tuner.seen.values() if o.status != "infeasible")
         if earlier and not as_json:
             err.print(

@@ -135,13 +135,22 @@ def tune_set(
 
 def _skip_tuned(db: Store, rows: list[_Row], *, force: bool) -> None:
     from tilewise import store
+    from tilewise.kernels.backends import current_toolchain_id
 
     if force:
         return
     with db.session() as s:
         for row in rows:
             found = store.find_workload(s, key=row.entry.workload.key)
-            tiling = None if found is None else store.get_tiling(s, workload_id=found.id)
+            tiling = (
+                None
+                if found is None
+                else store.get_tiling(
+                    s,
+                    workload_id=found.id,
+                    toolchain=current_toolchain_id(row.entry.workload.target),
+                )
+            )
             if tiling is not None:
                 row.status = "tuned"
                 row.result = {

@@ -107,19 +107,31 @@ def table_document(
     op: str | None = None,
     target: str | None = None,
     dtype: str | None = None,
+    any_toolchain: bool = False,
 ) -> dict[str, Any]:
     """The tiling table (best tiling per workload), optionally of one op, target and dtype.
 
     Filters are checked and canonicalized (target names are case-insensitive); every op version
-    in the database is included, readers pick the version they run.
+    in the database is included, readers pick the version they run. Only tilings measured with
+    the current toolchain of their target on this host are included (a workload tuned only with
+    another one is left out), unless ``any_toolchain``: then such a workload's most recent tiling
+    stands in. A target whose toolchain is not known here (no CANN toolkit) is not filtered.
 
     Raises:
         InputError: unknown op, target or dtype.
     """
-    from tilewise.store import best_tilings
+    from tilewise.kernels.backends import current_toolchain_ids
+    from tilewise.store import best_tilings, workload_targets
 
     op, target, dtype = canonical_filters(op, target, dtype)
-    rows = best_tilings(session, op=op, target=target, dtype=dtype)
+    rows = best_tilings(
+        session,
+        op=op,
+        target=target,
+        dtype=dtype,
+        toolchains=current_toolchain_ids(workload_targets(session)),
+        any_toolchain=any_toolchain,
+    )
     evidence = _evidence_of(session, rows)
     entries = []
     for w, t in rows:
@@ -148,7 +160,7 @@ def table_document(
         "format_version": FORMAT_VERSION,
         "generator": f"tilewise {__version__}",
         "generated_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "filters": {"op": op, "target": target, "dtype": dtype},
+        "filters": {"op": op, "target": target, "dtype": dtype, "any_toolchain": any_toolchain},
         "entries": entries,
     }
 

@@ -105,6 +105,7 @@ class Evaluator(Measurer):
         self.db, self.job = db, job
         self.workload = Workload(spec.name, spec.version, target.name, dtype, shape)
         self.env = {**backend.environment(), "target": target.name}
+        self.toolchain = backend.toolchain(target)
         with db.session() as s:
             self.workload_id = store.commit_workload(s, self.workload).id
             self.seen: dict[str, Outcome] = {
@@ -138,6 +139,7 @@ class Evaluator(Measurer):
                 latency_us=outcome.latency_us,
                 constraints=outcome.constraints or None,
                 env=self.env,
+                toolchain=self.toolchain,
                 job_id=job_id,
                 **fields,
             )

@@ -84,13 +84,22 @@ def finish(evaluator: Evaluator, default: Tiling) -> tuple[Measured | None, Meas
     reached it, and it is evaluated (checked and measured, one evaluation beyond the budget)
     here first. The fastest contender replaces the default only when faster beyond the noise
     (:func:`beats_default`), and the winner stored by an earlier run stays unless the new one
-    beats it by the same test: one stored winner per workload, which changes on evidence.
+    beats it by the same test: one stored winner per workload and toolchain, which changes on
+    evidence (each change goes to the winner history, with its reason). The latest winner of
+    another toolchain (before an upgrade) is re-measured among them too: it is not the
+    incumbent, but it may well win again.
 
     The best and the default as re-measured; (None, None) when nothing could be."""
     settings = evaluator.settings
     with evaluator.db.session() as s:
         top = store.top_k(s, workload_id=evaluator.workload_id, k=settings.remeasure_top + 4)
-        stored = store.get_tiling(s, workload_id=evaluator.workload_id)
+        toolchain = evaluator.toolchain
+        stored = store.get_tiling(s, workload_id=evaluator.workload_id, toolchain=toolchain.id)
+        earlier = [
+            t
+            for t in store.tilings_of(s, workload_id=evaluator.workload_id)
+            if t.toolchain.id != toolchain.id
+        ]
     contenders: dict[str, Tiling] = {}
     for record in top:
         if record.source != RecordSource.REMEASURE and record.tiling_key not in contenders:
@@ -109,6 +118,8 @@ def finish(evaluator: Evaluator, default: Tiling) -> tuple[Measured | None, Meas
     incumbent = Tiling(stored.tiling) if stored is not None else None
     if incumbent is not None:
         contenders.setdefault(incumbent.key(), incumbent)
+    if earlier:
+        contenders.setdefault(earlier[0].tiling.key(), Tiling(earlier[0].tiling))
     samples = interleaved_samples(evaluator, contenders)
     latencies: dict[str, tuple[float, int]] = {}
     for key, times in samples.items():
@@ -130,8 +141,9 @@ def finish(evaluator: Evaluator, default: Tiling) -> tuple[Measured | None, Meas
     if incumbent is not None:
         best_key = _kept(best_key, incumbent.key(), samples, "the stored winner")
     name = evaluator.workload.study_name
+    reason = _reason(best_key, incumbent, earlier[0] if earlier else None, latencies)
     if incumbent is not None and best_key != incumbent.key():
-        log.info("%s: the stored winner was replaced: the new one beat it side by side", name)
+        log.info("%s: the stored winner was replaced: %s", name, reason)
     best = Measured(contenders[best_key], latencies[best_key][0])
     default_measured = (
         Measured(default, latencies[default.key()][0]) if default.key() in latencies else None
@@ -152,8 +164,31 @@ def finish(evaluator: Evaluator, default: Tiling) -> tuple[Measured | None, Meas
             default_latency_us=default_measured.latency_us if default_measured else None,
             speedup=speedup,
             evaluations=evaluations,
+            toolchain=toolchain,
+            reason=reason,
         )
     return best, default_measured
+
+
+def _reason(
+    best_key: str,
+    incumbent: Tiling | None,
+    earlier: store.TilingRow | None,
+    latencies: Mapping[str, tuple[float, int]],
+) -> str:
+    """Why ``best_key`` is (or stays) the stored winner, for the winner history."""
+    if incumbent is None:
+        if earlier is None:
+            return "first winner"
+        was = f"{earlier.toolchain.compiler}, {earlier.toolchain.headers}"
+        return f"first winner of this toolchain (the earlier one was measured with {was})"
+    old = latencies.get(incumbent.key())
+    if best_key == incumbent.key():
+        return "kept"
+    if old is None:
+        return "replaced: the stored winner failed its re-measure"
+    gain = 100 * (old[0] / latencies[best_key][0] - 1)
+    return f"beat the stored winner side by side by {gain:.1f}%"
 
 
 def _kept(fastest: str, holder: str, samples: Mapping[str, list[float]], what: str) -> str:

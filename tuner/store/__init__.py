@@ -14,7 +14,8 @@ The repository functions are the only way tilewise reads and writes its tables. 
 a :class:`~sqlalchemy.orm.Session` and keyword-only arguments, flushes but never commits (the
 caller's ``session_scope`` does), and returns frozen ``*Row`` values that stay valid after the
 session is closed. "Now" is this host's UTC clock (``now=`` overrides it, for tests). They live
-in one module per aggregate: workloads and records, the tiling table, jobs and their leases, a
+in one module per aggregate: workloads and records, toolchains, the tiling table (one
+winner per workload and toolchain, and the history of winners), jobs and their leases, a
 job's evaluations and assistants, batches of jobs (a submitted manifest), workers, and the
 shapes the service answered without an exact entry (misses).
 
@@ -85,16 +86,21 @@ from tilewise.store._records import (
     get_workload,
     lock_workload,
     records_for,
+    workload_targets,
 )
 from tilewise.store._tilings import (
     TilingRow,
+    WinnerRow,
     best_tilings,
     count_tilings,
     get_tiling,
     tiling_table_fingerprint,
+    tilings_of,
     top_k,
     upsert_tiling,
+    winner_history,
 )
+from tilewise.store._toolchains import commit_toolchain
 from tilewise.store._workers import (
     WorkerRow,
     heartbeat_worker,
@@ -116,6 +122,7 @@ __all__ = [
     "RecordStatus",
     "Store",
     "TilingRow",
+    "WinnerRow",
     "WorkerRow",
     "WorkerStatus",
     "WorkloadRow",
@@ -127,6 +134,7 @@ __all__ = [
     "cancel_job",
     "check_schema",
     "claim_job",
+    "commit_toolchain",
     "commit_workload",
     "count_evaluations_by_status",
     "count_jobs_by_status",
@@ -168,7 +176,10 @@ __all__ = [
     "safe_url",
     "session_scope",
     "tiling_table_fingerprint",
+    "tilings_of",
     "top_k",
     "update_job_progress",
     "upsert_tiling",
+    "winner_history",
+    "workload_targets",
 ]

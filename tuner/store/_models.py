@@ -32,6 +32,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
 from tilewise.status import JobStatus, RecordStatus, WorkerStatus
+from tilewise.types import UNKNOWN_TOOLCHAIN
 
 #: Deterministic constraint names, so later migrations (and SQLite batch mode) can address them.
 NAMING_CONVENTION: dict[str, str] = {
@@ -147,14 +148,35 @@ class RecordModel(Base):
     # job's evaluations are its records. No foreign key: adding one to SQLite rebuilds the
     # table, and records are never deleted with their job (jobs are never deleted at all).
     job_id: Mapped[int | None] = mapped_column(id_type())
+    # The toolchain that measured it (a tw_toolchains id). No foreign key, for the same reason;
+    # records of databases older than toolchains hold 'unknown'.
+    toolchain: Mapped[str] = mapped_column(String(16), server_default=UNKNOWN_TOOLCHAIN)
+
+
+class ToolchainModel(Base):
+    """A toolchain that measured something: compiler, twin headers or CANN, target profile."""
+
+    __tablename__ = "tw_toolchains"
+
+    id: Mapped[str] = mapped_column(String(16), primary_key=True)
+    backend: Mapped[str] = mapped_column(String(32))
+    compiler: Mapped[str] = mapped_column(String(64))
+    headers: Mapped[str] = mapped_column(String(64))
+    profile: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 
 class TilingModel(Base):
-    """The tiling table: the chosen tiling per workload. The only upserted table."""
+    """The tiling table: the chosen tiling per workload and toolchain. The only upserted table.
+
+    Keyed by toolchain too: a tune after an upgrade (compiler, twin headers, CANN, target
+    profile) stores its own winner, and the old one stays, stale, for who asks for any.
+    """
 
     __tablename__ = "tw_tilings"
 
     workload_id: Mapped[int] = mapped_column(ForeignKey("tw_workloads.id"), primary_key=True)
+    toolchain: Mapped[str] = mapped_column(ForeignKey("tw_toolchains.id"), primary_key=True)
     record_id: Mapped[int] = mapped_column(ForeignKey("tw_records.id"))
     tiling: Mapped[dict[str, int]] = mapped_column(json_type())
     latency_us: Mapped[float] = mapped_column(Double())
@@ -162,6 +184,24 @@ class TilingModel(Base):
     speedup: Mapped[float | None] = mapped_column(Double())
     evaluations: Mapped[int] = mapped_column(Integer())
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class WinnerHistoryModel(Base):
+    """Every change of a stored winner (tw_tilings), appended in the change's transaction."""
+
+    __tablename__ = "tw_winner_history"
+    __table_args__ = (Index("ix_tw_winner_history_workload_id", "workload_id"),)
+
+    id: Mapped[int] = mapped_column(id_type(), primary_key=True, autoincrement=True)
+    workload_id: Mapped[int] = mapped_column(ForeignKey("tw_workloads.id"))
+    toolchain: Mapped[str] = mapped_column(ForeignKey("tw_toolchains.id"))
+    record_id: Mapped[int] = mapped_column(ForeignKey("tw_records.id"))
+    tiling: Mapped[dict[str, int]] = mapped_column(json_type())
+    latency_us: Mapped[float] = mapped_column(Double())
+    default_latency_us: Mapped[float | None] = mapped_column(Double())
+    speedup: Mapped[float | None] = mapped_column(Double())
+    reason: Mapped[str] = mapped_column(Text())
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 
 class JobModel(Base):

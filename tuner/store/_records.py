@@ -20,7 +20,8 @@ from tilewise.errors import InputError
 from tilewise.status import RecordSource, RecordStatus
 from tilewise.store._coerce import enum_value
 from tilewise.store._models import RecordModel, WorkloadModel, utcnow
-from tilewise.types import Shape, Tiling, Workload
+from tilewise.store._toolchains import commit_toolchain
+from tilewise.types import UNKNOWN_TOOLCHAIN, Shape, Tiling, Toolchain, Workload
 
 #: The two sources callers filter records on, under the names tilewise.store exports.
 SOURCE_PREDICTED = RecordSource.PREDICTED
@@ -66,6 +67,7 @@ class RecordRow:
     env: Mapping[str, Any]
     created_at: datetime
     job_id: int | None = None
+    toolchain: str = UNKNOWN_TOOLCHAIN  # the id of the toolchain that measured it
 
 
 def workload_row(m: WorkloadModel) -> WorkloadRow:
@@ -98,6 +100,7 @@ def record_row(m: RecordModel) -> RecordRow:
         env=m.env,
         created_at=m.created_at,
         job_id=m.job_id,
+        toolchain=m.toolchain,
     )
 
 
@@ -156,6 +159,12 @@ def lock_workload(session: Session, *, workload_id: int) -> None:
     )
 
 
+def workload_targets(session: Session) -> list[str]:
+    """The targets that have workloads, by name."""
+    query = select(WorkloadModel.target).distinct().order_by(WorkloadModel.target)
+    return list(session.scalars(query))
+
+
 def count_workloads(session: Session) -> int:
     return int(session.scalar(select(sa_func.count()).select_from(WorkloadModel)) or 0)
 
@@ -185,6 +194,7 @@ def add_record(
     source: RecordSource | str,
     trial_number: int | None = None,
     env: Mapping[str, Any],
+    toolchain: Toolchain,
     job_id: int | None = None,
 ) -> RecordRow:
     """Append one record.
@@ -193,6 +203,7 @@ def add_record(
     ``spread`` is relative, ``(p75 - p25) / median``, and likewise only for ``ok``. ``job_id``
     names the job whose worker measured it; set it only while holding that job
     (:func:`holds_job` in the same transaction), so that :func:`job_evaluations` is exact.
+    ``toolchain`` is what measured it (the backend's, ``Backend.toolchain``).
 
     Raises:
         InputError: unknown status or source, or latency/spread given for a non-ok record or
@@ -205,6 +216,7 @@ def add_record(
             raise InputError("an ok record needs latency_us")
     elif latency_us is not None or spread is not None:
         raise InputError(f"a {status.value} record has no latency_us or spread")
+    commit_toolchain(session, toolchain)
     model = RecordModel(
         workload_id=workload_id,
         tiling=dict(tiling),
@@ -220,6 +232,7 @@ def add_record(
         env=dict(env),
         created_at=utcnow(),
         job_id=job_id,
+        toolchain=toolchain.id,
     )
     session.add(model)
     session.flush()

@@ -1,10 +1,13 @@
-"""The tiling table: the chosen tiling per workload, and the records it is chosen from.
+"""The tiling table: the chosen tiling per workload and toolchain, the records it is chosen
+from, and the history of its changes.
 
-The tiling table is the one upserted table (:func:`upsert_tiling`).
+The tiling table is the one upserted table (:func:`upsert_tiling`); every change of a stored
+winner appends a row to the winner history in the same transaction (:func:`winner_history`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -16,14 +19,25 @@ from sqlalchemy.orm import Session
 
 from tilewise.errors import InputError
 from tilewise.status import RecordSource, RecordStatus
-from tilewise.store._models import RecordModel, TilingModel, WorkloadModel, utcnow
+from tilewise.store._models import (
+    RecordModel,
+    TilingModel,
+    ToolchainModel,
+    WinnerHistoryModel,
+    WorkloadModel,
+    utcnow,
+)
 from tilewise.store._records import (
     RecordRow,
     WorkloadRow,
     record_row,
     workload_row,
 )
-from tilewise.types import Tiling
+from tilewise.store._toolchains import commit_toolchain, toolchain_of
+from tilewise.types import Tiling, Toolchain
+
+#: The reason of a history row when the caller gives none.
+FIRST_WINNER = "first winner"
 
 
 @dataclass(frozen=True)
@@ -36,10 +50,28 @@ class TilingRow:
     speedup: float | None
     evaluations: int
     updated_at: datetime
+    toolchain: Toolchain
 
 
-def tiling_row(m: TilingModel) -> TilingRow:
+@dataclass(frozen=True)
+class WinnerRow:
+    """One change of a workload's stored winner: the new winner and why it took the place."""
+
+    id: int
+    workload_id: int
+    toolchain: str
+    record_id: int
+    tiling: Tiling
+    latency_us: float
+    default_latency_us: float | None
+    speedup: float | None
+    reason: str
+    created_at: datetime
+
+
+def tiling_row(m: TilingModel, toolchain: Toolchain) -> TilingRow:
     return TilingRow(
+        toolchain=toolchain,
         workload_id=m.workload_id,
         record_id=m.record_id,
         tiling=Tiling(m.tiling),
@@ -76,18 +108,24 @@ def upsert_tiling(
     session: Session,
     *,
     workload_id: int,
+    toolchain: Toolchain,
     record_id: int,
     tiling: Tiling,
     latency_us: float,
     default_latency_us: float | None,
     speedup: float | None,
     evaluations: int,
+    reason: str | None = None,
 ) -> TilingRow:
-    """Set the chosen tiling of a workload, replacing any previous one unconditionally.
+    """Set the chosen tiling of a workload under ``toolchain``, replacing any previous one of
+    that toolchain unconditionally.
 
     Deciding whether the new tiling is better is the caller's job (e.g. a forced re-tune may
-    legitimately replace a faster but stale entry).
+    legitimately replace a faster but stale entry). When the tiling changes (or is the first
+    of the workload and toolchain), a winner-history row is appended in the same transaction,
+    with ``reason`` (default: "first winner", or "replaced").
     """
+    commit_toolchain(session, toolchain)
     values: dict[str, Any] = {
         "record_id": record_id,
         "tiling": dict(tiling),
@@ -97,34 +135,103 @@ def upsert_tiling(
         "evaluations": int(evaluations),
         "updated_at": utcnow(),
     }
+    key = (workload_id, toolchain.id)
     for _ in range(2):
-        model = session.get(TilingModel, workload_id, with_for_update=True, populate_existing=True)
+        model = session.get(TilingModel, key, with_for_update=True, populate_existing=True)
         if model is not None:
+            changed = Tiling(model.tiling) != tiling
             for name, value in values.items():
                 setattr(model, name, value)
             session.flush()
-            return tiling_row(model)
-        model = TilingModel(workload_id=workload_id, **values)
+            if changed:
+                _append_history(session, model, reason or "replaced")
+            return tiling_row(model, toolchain)
+        model = TilingModel(workload_id=workload_id, toolchain=toolchain.id, **values)
         try:
             with session.begin_nested():
                 session.add(model)
         except IntegrityError:
             # Lost an insert race (or a bad foreign key: then the second pass raises it).
             continue
-        return tiling_row(model)
-    session.add(TilingModel(workload_id=workload_id, **values))
+        _append_history(session, model, reason or FIRST_WINNER)
+        return tiling_row(model, toolchain)
+    session.add(TilingModel(workload_id=workload_id, toolchain=toolchain.id, **values))
     session.flush()  # raises the IntegrityError that is not a race
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def get_tiling(session: Session, *, workload_id: int) -> TilingRow | None:
-    m = session.get(TilingModel, workload_id)
-    return None if m is None else tiling_row(m)
+def _append_history(session: Session, m: TilingModel, reason: str) -> None:
+    session.add(
+        WinnerHistoryModel(
+            workload_id=m.workload_id,
+            toolchain=m.toolchain,
+            record_id=m.record_id,
+            tiling=dict(m.tiling),
+            latency_us=m.latency_us,
+            default_latency_us=m.default_latency_us,
+            speedup=m.speedup,
+            reason=reason,
+            created_at=m.updated_at,
+        )
+    )
+    session.flush()
+
+
+def winner_history(session: Session, *, workload_id: int) -> list[WinnerRow]:
+    """Every change of the workload's stored winners (all toolchains), oldest first."""
+    query = (
+        select(WinnerHistoryModel)
+        .where(WinnerHistoryModel.workload_id == workload_id)
+        .order_by(WinnerHistoryModel.id)
+    )
+    return [
+        WinnerRow(
+            id=m.id,
+            workload_id=m.workload_id,
+            toolchain=m.toolchain,
+            record_id=m.record_id,
+            tiling=Tiling(m.tiling),
+            latency_us=m.latency_us,
+            default_latency_us=m.default_latency_us,
+            speedup=m.speedup,
+            reason=m.reason,
+            created_at=m.created_at,
+        )
+        for m in session.scalars(query)
+    ]
+
+
+def _with_toolchains(query: Any) -> Any:
+    return query.join(ToolchainModel, ToolchainModel.id == TilingModel.toolchain)
+
+
+def get_tiling(session: Session, *, workload_id: int, toolchain: str | None) -> TilingRow | None:
+    """The stored tiling of a workload under the toolchain of id ``toolchain``; with None (the
+    current toolchain is not known), the most recently stored of any toolchain."""
+    query = _with_toolchains(select(TilingModel, ToolchainModel)).where(
+        TilingModel.workload_id == workload_id
+    )
+    if toolchain is not None:
+        query = query.where(TilingModel.toolchain == toolchain)
+    query = query.order_by(TilingModel.updated_at.desc(), TilingModel.toolchain).limit(1)
+    found = session.execute(query).one_or_none()
+    return None if found is None else tiling_row(found[0], toolchain_of(found[1]))
+
+
+def tilings_of(session: Session, *, workload_id: int) -> list[TilingRow]:
+    """The stored tilings of a workload, one per toolchain, the most recently stored first."""
+    query = (
+        _with_toolchains(select(TilingModel, ToolchainModel))
+        .where(TilingModel.workload_id == workload_id)
+        .order_by(TilingModel.updated_at.desc(), TilingModel.toolchain)
+    )
+    return [tiling_row(t, toolchain_of(c)) for t, c in session.execute(query)]
 
 
 def count_tilings(session: Session) -> int:
-    """The workloads that have a tiling in the table."""
-    return int(session.scalar(select(sa_func.count()).select_from(TilingModel)) or 0)
+    """The workloads that have a tiling in the table (of any toolchain)."""
+    query = select(sa_func.count(sa_func.distinct(TilingModel.workload_id)))
+    return int(session.scalar(query) or 0)
 
 
 def tiling_table_fingerprint(session: Session) -> tuple[int, int, datetime | None]:
@@ -146,10 +253,22 @@ def best_tilings(
     op: str | None = None,
     target: str | None = None,
     dtype: str | None = None,
+    toolchains: Mapping[str, str | None] | None = None,
+    any_toolchain: bool = False,
 ) -> list[tuple[WorkloadRow, TilingRow]]:
-    """The tiling table joined with its workloads, ordered by op, target, dtype and shape."""
-    query = select(WorkloadModel, TilingModel).join(
-        TilingModel, TilingModel.workload_id == WorkloadModel.id
+    """The tiling table joined with its workloads, one tiling per workload, ordered by op,
+    target, dtype and shape.
+
+    ``toolchains`` maps a target name to the id of its current toolchain (None, or a target
+    not in it: not known here). A workload's tiling is its current toolchain's; a workload with
+    none is left out, unless ``any_toolchain`` (or its target's current toolchain is not known):
+    then its most recently stored tiling of another toolchain stands in.
+    """
+    current = toolchains or {}
+    query = (
+        select(WorkloadModel, TilingModel, ToolchainModel)
+        .join(TilingModel, TilingModel.workload_id == WorkloadModel.id)
+        .join(ToolchainModel, ToolchainModel.id == TilingModel.toolchain)
     )
     if op is not None:
         query = query.where(WorkloadModel.op == op)
@@ -163,5 +282,15 @@ def best_tilings(
         WorkloadModel.dtype,
         WorkloadModel.shape_key,
         WorkloadModel.op_version,
+        WorkloadModel.id,
+        TilingModel.updated_at.desc(),
+        TilingModel.toolchain,
     )
-    return [(workload_row(w), tiling_row(t)) for w, t in session.execute(query)]
+    chosen: dict[int, tuple[WorkloadRow, TilingRow]] = {}
+    for w, t, c in session.execute(query):
+        wanted = current.get(w.target)
+        if (wanted is not None and t.toolchain == wanted) or (
+            w.id not in chosen and (wanted is None or any_toolchain)
+        ):
+            chosen[w.id] = (workload_row(w), tiling_row(t, toolchain_of(c)))
+    return list(chosen.values())

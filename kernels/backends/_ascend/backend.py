@@ -47,12 +47,13 @@ from tilewise.kernels.backends._ascend.project import (
 )
 from tilewise.kernels.backends._ascend.toolkit import RUN_MODES, Toolkit, find_toolkit
 from tilewise.kernels.backends._base import Backend, BuildResult, MeasureOptions, RunResult
+from tilewise.kernels.backends._toolchain import ascend_toolchain
 from tilewise.kernels.backends._problem import Problem
 from tilewise.kernels.ops import Check, OpSpec
 from tilewise.kernels.targets import TargetProfile, get_target
 from tilewise.settings import Settings, get_settings
 from tilewise.status import RecordStatus
-from tilewise.types import Shape, Tiling
+from tilewise.types import Shape, Tiling, Toolchain
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +127,9 @@ class AscendBackend(Backend):
         return [tiling for tiling, _ in ranked[:limit]]
 
     # -- environment -------------------------------------------------------------------------
+    def toolchain(self, target: TargetProfile) -> Toolchain:
+        return ascend_toolchain(self.toolkit.version, target)
+
     def environment(self) -> dict[str, Any]:
         timing = {"cpu": "wall clock (CANN cpu mode)", "sim": "simulator"}.get(
             self.run_mode, "msprof op" if self.msprof else "aclrtEvent"

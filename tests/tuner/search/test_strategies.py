@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import optuna
 import pytest
+from tests_support import host_toolchain
 
 from tests.fakes import FakeBackend
 from tilewise import store
@@ -379,6 +380,7 @@ def test_warm_start_skips_tilings_outside_this_shapes_domains(tmp_path: Path) ->
         )
         record = store.add_record(
             s,
+            toolchain=host_toolchain(),
             workload_id=workload.id,
             tiling=stranger,
             status="ok",
@@ -388,6 +390,7 @@ def test_warm_start_skips_tilings_outside_this_shapes_domains(tmp_path: Path) ->
         )
         store.upsert_tiling(
             s,
+            toolchain=host_toolchain(),
             workload_id=workload.id,
             record_id=record.id,
             tiling=stranger,
@@ -430,6 +433,7 @@ def test_warm_start_carries_the_neighbours_tilings_over(tmp_path: Path) -> None:
         )
         record = store.add_record(
             s,
+            toolchain=host_toolchain(),
             workload_id=workload.id,
             tiling=winner,
             status="ok",
@@ -439,6 +443,7 @@ def test_warm_start_carries_the_neighbours_tilings_over(tmp_path: Path) -> None:
         )
         store.upsert_tiling(
             s,
+            toolchain=host_toolchain(),
             workload_id=workload.id,
             record_id=record.id,
             tiling=winner,

@@ -6,6 +6,7 @@ from datetime import UTC
 
 import pytest
 import sqlalchemy as sa
+from tests_support import host_toolchain
 
 from tilewise.errors import InputError, StoreError
 from tilewise.store import (
@@ -45,6 +46,7 @@ def _workload(m: int = 64, *, op: str = "matmul_add", target: str = "910B3") -> 
 def _ok(session: sa.orm.Session, workload_id: int, tile: int, latency: float, **kw: object) -> int:
     row = add_record(
         session,
+        toolchain=host_toolchain(),
         workload_id=workload_id,
         tiling=Tiling({"tileM": tile, "bufferNum": 2}),
         status="ok",
@@ -98,6 +100,7 @@ def test_records_are_appended_and_kept(store: Store) -> None:
         tiling = Tiling({"tileM": 16, "bufferNum": 2})
         first = add_record(
             session,
+            toolchain=host_toolchain(),
             workload_id=wid,
             tiling=tiling,
             status=RecordStatus.INFEASIBLE,
@@ -109,6 +112,7 @@ def test_records_are_appended_and_kept(store: Store) -> None:
         )
         second = add_record(
             session,
+            toolchain=host_toolchain(),
             workload_id=wid,
             tiling=tiling,
             status="ok",
@@ -141,6 +145,7 @@ def test_record_sources_are_a_closed_vocabulary(store: Store) -> None:
         wid = commit_workload(session, _workload()).id
         row = add_record(
             session,
+            toolchain=host_toolchain(),
             workload_id=wid,
             tiling=Tiling({"t": 1}),
             status=RecordStatus.CRASHED,
@@ -150,6 +155,7 @@ def test_record_sources_are_a_closed_vocabulary(store: Store) -> None:
         with pytest.raises(InputError, match="unknown RecordSource 'guess'"):
             add_record(
                 session,
+                toolchain=host_toolchain(),
                 workload_id=wid,
                 tiling=Tiling({"t": 2}),
                 status=RecordStatus.CRASHED,
@@ -168,6 +174,7 @@ def test_record_latency_only_for_ok(store: Store) -> None:
     with session_scope(store) as session:
         wid = commit_workload(session, _workload()).id
         common = {"workload_id": wid, "tiling": Tiling({"t": 1}), "source": "search", "env": ENV}
+        common["toolchain"] = host_toolchain()
         with pytest.raises(InputError, match="needs latency_us"):
             add_record(session, status="ok", **common)  # type: ignore[arg-type]
         with pytest.raises(InputError, match="no latency_us"):
@@ -206,6 +213,7 @@ def test_top_k_returns_only_valid_records_fastest_first(store: Store) -> None:
         for status in ("infeasible", "build_failed", "wrong", "crashed", "timeout"):
             add_record(
                 session,
+                toolchain=host_toolchain(),
                 workload_id=wid,
                 tiling=Tiling({"tileM": 1}),
                 status=status,
@@ -229,9 +237,10 @@ def test_upsert_tiling_replaces(store: Store) -> None:
         wid = commit_workload(session, _workload()).id
         r1 = _ok(session, wid, 64, 20.0)
         r2 = _ok(session, wid, 32, 10.0)
-        assert get_tiling(session, workload_id=wid) is None
+        assert get_tiling(session, workload_id=wid, toolchain=host_toolchain().id) is None
         first = upsert_tiling(
             session,
+            toolchain=host_toolchain(),
             workload_id=wid,
             record_id=r1,
             tiling=Tiling({"tileM": 64, "bufferNum": 2}),
@@ -243,6 +252,7 @@ def test_upsert_tiling_replaces(store: Store) -> None:
     with session_scope(store) as session:
         second = upsert_tiling(
             session,
+            toolchain=host_toolchain(),
             workload_id=wid,
             record_id=r2,
             tiling=Tiling({"tileM": 32, "bufferNum": 2}),
@@ -252,7 +262,7 @@ def test_upsert_tiling_replaces(store: Store) -> None:
             evaluations=25,
         )
     with session_scope(store) as session:
-        stored = get_tiling(session, workload_id=wid)
+        stored = get_tiling(session, workload_id=wid, toolchain=host_toolchain().id)
     assert stored == second
     assert stored.record_id == r2 and stored.tiling == Tiling({"tileM": 32, "bufferNum": 2})
     assert stored.default_latency_us is None and stored.evaluations == 25
@@ -270,6 +280,7 @@ def test_counts_and_the_tiling_table_fingerprint(store: Store) -> None:
         lock_workload(session, workload_id=wid)
         upsert_tiling(
             session,
+            toolchain=host_toolchain(),
             workload_id=wid,
             record_id=r1,
             tiling=Tiling({"tileM": 64, "bufferNum": 2}),
@@ -284,6 +295,7 @@ def test_counts_and_the_tiling_table_fingerprint(store: Store) -> None:
         assert first[:2] == (1, r1) and first[2] is not None
         upsert_tiling(
             session,
+            toolchain=host_toolchain(),
             workload_id=wid,
             record_id=r2,
             tiling=Tiling({"tileM": 32, "bufferNum": 2}),
@@ -301,6 +313,7 @@ def test_upsert_tiling_with_unknown_record_is_refused(store: Store) -> None:
         wid = commit_workload(session, _workload()).id
         upsert_tiling(
             session,
+            toolchain=host_toolchain(),
             workload_id=wid,
             record_id=424242,
             tiling=Tiling({"t": 1}),
@@ -323,6 +336,7 @@ def test_best_tilings_filters_and_orders(store: Store) -> None:
             rid = _ok(session, wid, 8, 5.0)
             upsert_tiling(
                 session,
+                toolchain=host_toolchain(),
                 workload_id=wid,
                 record_id=rid,
                 tiling=Tiling({"tileM": 8}),

@@ -38,6 +38,8 @@ OUR_TABLES = {
     "tw_batches",
     "tw_batch_items",
     "tw_misses",
+    "tw_toolchains",
+    "tw_winner_history",
 }
 
 
