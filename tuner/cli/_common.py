@@ -123,6 +123,14 @@ TargetOpt = Annotated[
 ]
 DbOpt = Annotated[str | None, typer.Option("--db", help="SQLAlchemy URL; default from settings.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
+AnyToolchainOpt = Annotated[
+    bool,
+    typer.Option(
+        "--any-toolchain",
+        help="Also tilings measured with another toolchain than this host's (another compiler, "
+        "twin headers, CANN or target profile): stale, left out by default.",
+    ),
+]
 
 #: How an error line is printed: as is, unwrapped whatever the terminal's width.
 ONE_LINE: dict[str, Any] = {"markup": False, "highlight": False, "soft_wrap": True}

@@ -7,7 +7,15 @@ from typing import Annotated
 
 import typer
 
-from tilewise.cli._common import app, err, fail, output_path, settings_for, write_atomically
+from tilewise.cli._common import (
+    AnyToolchainOpt,
+    app,
+    err,
+    fail,
+    output_path,
+    settings_for,
+    write_atomically,
+)
 
 FORMATS = ("json", "header")
 
@@ -30,6 +38,7 @@ def export(
     db: Annotated[
         str | None, typer.Option("--db", help="SQLAlchemy URL; default from settings.")
     ] = None,
+    any_toolchain: AnyToolchainOpt = False,
 ) -> None:
     """Export OP's tiling table as versioned JSON or a C header for a host TilingFunc."""
     from tilewise import export as exporting
@@ -46,7 +55,9 @@ def export(
         db_handle = store.open_store(settings.db_url, create=False)
         try:
             with db_handle.session() as session:
-                doc = exporting.table_document(session, op=op, target=target, dtype=dtype)
+                doc = exporting.table_document(
+                    session, op=op, target=target, dtype=dtype, any_toolchain=any_toolchain
+                )
         finally:
             db_handle.close()
         if fmt == "json":
@@ -61,6 +72,16 @@ def export(
         fail(str(exc))
     except OSError as exc:
         fail(f"cannot write {output}: {exc.strerror or exc}")
+    stale = doc["toolchains"]["other_toolchain_entries"]
+    if stale:
+        err.print(
+            f"included {stale} entries measured with another toolchain (stale)"
+            if any_toolchain
+            else f"left out {stale} entries measured with another toolchain (stale; "
+            "--any-toolchain to include them)",
+            markup=False,
+            highlight=False,
+        )
     if path is not None:
         count = len(doc["entries"])
         if fmt == "header":  # the header holds the op's current version only

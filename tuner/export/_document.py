@@ -124,14 +124,14 @@ def table_document(
     from tilewise.store import best_tilings, workload_targets
 
     op, target, dtype = canonical_filters(op, target, dtype)
+    current = current_toolchain_ids(workload_targets(session))
     rows = best_tilings(
-        session,
-        op=op,
-        target=target,
-        dtype=dtype,
-        toolchains=current_toolchain_ids(workload_targets(session)),
-        any_toolchain=any_toolchain,
+        session, op=op, target=target, dtype=dtype, toolchains=current, any_toolchain=True
     )
+    # Entries measured with another toolchain than this host's for their target: stale.
+    stale = {w.id for w, t in rows if current.get(w.target) not in (None, t.toolchain.id)}
+    if not any_toolchain:
+        rows = [(w, t) for w, t in rows if w.id not in stale]
     evidence = _evidence_of(session, rows)
     entries = []
     for w, t in rows:
@@ -161,6 +161,12 @@ def table_document(
         "generator": f"tilewise {__version__}",
         "generated_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "filters": {"op": op, "target": target, "dtype": dtype, "any_toolchain": any_toolchain},
+        # This host's toolchain id per target (None: not known here, not filtered), and the
+        # workloads tuned only with another one: included with any_toolchain, else left out.
+        "toolchains": {
+            "current": {name: current.get(name) for name in sorted(current)},
+            "other_toolchain_entries": len(stale),
+        },
         "entries": entries,
     }
 

@@ -7,9 +7,10 @@ from datetime import UTC, datetime
 
 import sqlalchemy as sa
 from alembic import command
-
 from tests_support import host_toolchain
+
 from tilewise.store import (
+    Store,
     _engine,
     add_record,
     best_tilings,
@@ -24,7 +25,6 @@ from tilewise.store import (
     upsert_tiling,
     winner_history,
 )
-from tilewise.store import Store
 from tilewise.types import UNKNOWN_TOOLCHAIN, Shape, Tiling, Toolchain, Workload
 
 OLD = Toolchain("cpu-twin", "clang 18.1", "twin 000000000000", "aaaaaaaaaaaa")
