@@ -20,7 +20,7 @@ from fastapi.middleware.cors import CORSMiddleware
 
 from tilewise import __version__
 from tilewise.api import errors, routes
-from tilewise.api.lookup import LookupCache
+from tilewise.api.lookup import LookupCache, load_any_toolchain
 from tilewise.api.metrics import Metrics, MetricsMiddleware
 from tilewise.api.middleware import BodyLimit, ConcurrencyLimit
 from tilewise.api.misses import MissRecorder
@@ -58,6 +58,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             raise
         app.state.store = store
         app.state.lookup = LookupCache(store)
+        app.state.lookup_any = LookupCache(store, loader=load_any_toolchain)
         app.state.misses = MissRecorder(
             store, flush_s=settings.misses_flush_s, max_rows=settings.max_miss_shapes
         )

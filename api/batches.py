@@ -36,7 +36,7 @@ from tilewise.api.schemas import (
     BatchTotals,
     WorkloadPublic,
 )
-from tilewise.kernels.backends import current_toolchain_id
+from tilewise.kernels.backends import current_toolchain_id, current_toolchain_ids
 from tilewise.manifest import ManifestError, assign_budgets
 from tilewise.settings import Settings
 from tilewise.store import BatchItemView, BatchRow
@@ -156,12 +156,18 @@ def view(session: Session, batch_id: int) -> BatchPublic:
     batch = store.get_batch(session, batch_id=batch_id)
     if batch is None:
         raise NotFound(f"no batch {batch_id}")
-    items = [_item(v) for v in store.batch_view(session, batch_id=batch_id)]
+    items = [_item(v) for v in _view(session, batch_id)]
     return BatchPublic(**_summary(batch, items).model_dump(), workloads=items)
 
 
 def listing(session: Session, *, limit: int) -> list[BatchSummary]:
     return [
-        _summary(batch, [_item(v) for v in store.batch_view(session, batch_id=batch.id)])
+        _summary(batch, [_item(v) for v in _view(session, batch.id)])
         for batch in store.list_batches(session, limit=limit)
     ]
+
+
+def _view(session: Session, batch_id: int) -> list[BatchItemView]:
+    """The batch's items, each with the tiling of this host's toolchain for its target."""
+    toolchains = current_toolchain_ids(store.workload_targets(session))
+    return store.batch_view(session, batch_id=batch_id, toolchains=toolchains)

@@ -42,8 +42,22 @@ def get_store(request: Request) -> Store:
     return store
 
 
-def get_lookup(request: Request) -> LookupCache:
-    lookup: LookupCache = request.app.state.lookup
+AnyToolchainQuery = Annotated[
+    bool,
+    Query(
+        description="Also tilings measured with another toolchain than the service host's "
+        "(another compiler, twin headers, CANN or target profile): stale, left out by default; "
+        "they stand in for workloads not tuned with the current one.",
+    ),
+]
+
+
+def get_lookup(request: Request, any_toolchain: AnyToolchainQuery = False) -> LookupCache:
+    # Two tables in memory: this host's toolchain's entries, and (loaded when first asked)
+    # those with any toolchain's standing in where a workload has none of this one.
+    lookup: LookupCache = (
+        request.app.state.lookup_any if any_toolchain else request.app.state.lookup
+    )
     return lookup
 
 

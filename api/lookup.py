@@ -46,16 +46,21 @@ class Table(Protocol):
     def lookup(self, op: str, *, target: str, dtype: str, shape: Mapping[str, int]) -> Answer: ...
 
 
-def load_from_store(store: Store) -> Table:
+def load_from_store(store: Store, *, any_toolchain: bool = False) -> Table:
     """``TilingTable.from_db`` through the app's own engine (no new engine per reload): the
-    same document, the same validation, the same lookup rules."""
+    same document, the same validation, the same lookup rules (the entries of this host's
+    toolchain; with ``any_toolchain``, another's stand in where a workload has none)."""
     from tilewise.export import table_document
     from tilewise.runtime import TilingTable
 
     with session_scope(store) as session:
-        doc = table_document(session)
+        doc = table_document(session, any_toolchain=any_toolchain)
     # The service counts its misses itself (tilewise.api.misses), across reloads.
     return TilingTable.from_document(doc, source=store.safe_url, max_miss_shapes=0)
+
+
+def load_any_toolchain(store: Store) -> Table:
+    return load_from_store(store, any_toolchain=True)
 
 
 class LookupCache:

@@ -11,9 +11,11 @@ from sqlalchemy.orm import Session
 
 from tilewise import store
 from tilewise.api.charts import Curve, chart, sparkline
+from tilewise.api.detail import host_toolchain, workload_detail
 from tilewise.api.errors import NotFound
 from tilewise.kernels.ops import OPS, get_op
 from tilewise.store import JobRow, RecordRow, RecordStatus, TilingRow, WorkloadRow
+from tilewise.types import Toolchain
 
 #: Records listed on a workload page (the newest); the chart uses all of them.
 MAX_RECORDS_SHOWN = 500
@@ -32,6 +34,7 @@ class TunedRow:
     curve: Curve
     spark: Markup
     current: bool  # tuned with the op's current kernel (a changed kernel is a new workload)
+    stale: str | None = None  # why its toolchain is not this host's (None: it is, or unknown)
 
 
 @dataclass(frozen=True)
@@ -64,10 +67,17 @@ def _jobs(session: Session, jobs: list[JobRow]) -> list[JobView]:
     return views
 
 
+def _current_toolchains(session: Session) -> dict[str, Toolchain | None]:
+    """This host's toolchain per target with workloads (None: not known here)."""
+    return {target: host_toolchain(target) for target in store.workload_targets(session)}
+
+
 def index(session: Session) -> dict[str, Any]:
     versions: dict[str, str | None] = {}
     tuned = []
-    for workload, tiling in store.best_tilings(session):
+    now = _current_toolchains(session)
+    toolchains = {target: None if t is None else t.id for target, t in now.items()}
+    for workload, tiling in store.best_tilings(session, toolchains=toolchains, any_toolchain=True):
         if workload.op not in versions:
             versions[workload.op] = _current_version(workload.op)
         curve = _curve(session, workload.id)
@@ -78,6 +88,7 @@ def index(session: Session) -> dict[str, Any]:
                 curve,
                 sparkline(curve),
                 versions[workload.op] == workload.op_version,
+                tiling.toolchain.stale_reason(now.get(workload.target)),
             )
         )
     current = {name: get_op(name).version for name in OPS}
@@ -95,7 +106,13 @@ def workload(session: Session, key: str) -> dict[str, Any]:
     row = store.find_workload(session, key=key) if _KEY.fullmatch(key) else None
     if row is None:
         raise NotFound(f"no workload {key!r}")
-    tiling = store.get_tiling(session, workload_id=row.id)
+    detail = workload_detail(session, row)
+    # The served winner: this host's toolchain's (or, when that is not known, the newest).
+    tiling = store.get_tiling(
+        session,
+        workload_id=row.id,
+        toolchain=None if detail.current_toolchain is None else detail.current_toolchain.id,
+    )
     records: list[RecordRow] = store.records_for(session, workload_id=row.id)
     curve = Curve.of(records)
     return {
@@ -107,4 +124,5 @@ def workload(session: Session, key: str) -> dict[str, Any]:
         "records_total": len(records),
         "jobs": _jobs(session, store.list_jobs(session, workload_id=row.id, limit=JOBS_SHOWN)),
         "current": _current_version(row.op) == row.op_version,
+        "detail": detail,
     }

@@ -10,6 +10,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from tilewise.api import misses as missing
 from tilewise.api.deps import (
+    AnyToolchainQuery,
     LookupDep,
     MissesDep,
     OpDep,
@@ -31,7 +32,8 @@ _NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"description": "No such op.
 def lookup_tiling(what: WorkloadQueryDep, lookup: LookupDep, misses: MissesDep) -> LookupPublic:
     """The tiling to launch ``op`` with for one shape: the tuned one (exact), the nearest tuned
     shape's re-derived for this shape when valid for it (nearest), else the op's default
-    heuristic (default). A shape answered without an exact entry is counted
+    heuristic (default). Only tilings measured with the service host's toolchain answer, unless
+    ``any_toolchain=true``. A shape answered without an exact entry is counted
     (``GET /v1/misses``)."""
     op, target = what.spec.name, what.target.name
     answer = lookup.lookup(op, target=target, dtype=what.dtype, shape=what.shape)
@@ -101,10 +103,18 @@ def all_tables(
     session: SessionDep,
     filters: TableFiltersDep,
     format: Annotated[Literal["json"], Query()] = "json",
+    any_toolchain: AnyToolchainQuery = False,
 ) -> JSONResponse:
-    """Every op's tiling table as one JSON document (what ``tilewise.runtime`` loads)."""
+    """Every op's tiling table as one JSON document (what ``tilewise.runtime`` loads): the
+    tilings of the service host's toolchain, unless ``any_toolchain=true``."""
     return JSONResponse(
-        table_document(session, op=None, target=filters.target, dtype=filters.dtype)
+        table_document(
+            session,
+            op=None,
+            target=filters.target,
+            dtype=filters.dtype,
+            any_toolchain=any_toolchain,
+        )
     )
 
 
@@ -123,9 +133,17 @@ def op_table(
     session: SessionDep,
     filters: TableFiltersDep,
     format: Annotated[Literal["json", "header"], Query()] = "json",
+    any_toolchain: AnyToolchainQuery = False,
 ) -> Response:
-    """One op's tiling table: the JSON document, or the C header a host TilingFunc includes."""
-    doc = table_document(session, op=spec.name, target=filters.target, dtype=filters.dtype)
+    """One op's tiling table: the JSON document, or the C header a host TilingFunc includes
+    (the tilings of the service host's toolchain, unless ``any_toolchain=true``)."""
+    doc = table_document(
+        session,
+        op=spec.name,
+        target=filters.target,
+        dtype=filters.dtype,
+        any_toolchain=any_toolchain,
+    )
     if format == "json":
         return JSONResponse(doc)
     return PlainTextResponse(

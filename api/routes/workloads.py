@@ -1,4 +1,5 @@
-"""/v1/workloads/{key}/records: a workload's records, as JSON or as a space to replay."""
+"""/v1/workloads/{key}: a workload's stored tilings (per toolchain) and history of winners;
+/v1/workloads/{key}/records: its records, as JSON or as a space to replay."""
 
 from __future__ import annotations
 
@@ -9,11 +10,34 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from tilewise import store
 from tilewise.api.deps import SessionDep, blame
+from tilewise.api.detail import WorkloadDetailPublic, workload_detail
 from tilewise.api.errors import NotFound
 from tilewise.api.schemas import RecordsPublic
 from tilewise.records import records_csv, records_document
 
 router = APIRouter(prefix="/v1", tags=["workloads"])
+
+WorkloadKey = Annotated[
+    str,
+    Path(
+        description="The workload's key (`workload.key` in jobs, lookups and tables).",
+        pattern="^[0-9a-f]{32}$",
+    ),
+]
+
+
+@router.get(
+    "/workloads/{key}",
+    response_model=WorkloadDetailPublic,
+    responses={404: {"description": "No workload has this key."}},
+)
+def workload_detail_route(key: WorkloadKey, session: SessionDep) -> WorkloadDetailPublic:
+    """One workload: its stored winners, one per toolchain (the service host's is served; the
+    others are stale, and say why), and the history of its winners (every change, with why)."""
+    workload = store.find_workload(session, key=key)
+    if workload is None:
+        raise NotFound(f"no workload {key}")
+    return workload_detail(session, workload)
 
 
 @router.get(
@@ -30,13 +54,7 @@ router = APIRouter(prefix="/v1", tags=["workloads"])
     },
 )
 def workload_records(
-    key: Annotated[
-        str,
-        Path(
-            description="The workload's key (`workload.key` in jobs, lookups and tables).",
-            pattern="^[0-9a-f]{32}$",
-        ),
-    ],
+    key: WorkloadKey,
     session: SessionDep,
     format: Annotated[Literal["json", "csv"], Query()] = "json",
 ) -> Response:

@@ -3,6 +3,7 @@ it (or to none, when it was tuned already)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -16,12 +17,11 @@ from tilewise.store._models import (
     BatchItemModel,
     BatchModel,
     JobModel,
-    TilingModel,
     WorkloadModel,
     utcnow,
 )
 from tilewise.store._records import WorkloadRow, workload_row
-from tilewise.store._tilings import TilingRow, tiling_row
+from tilewise.store._tilings import TilingRow, get_tiling
 
 
 @dataclass(frozen=True)
@@ -127,23 +127,30 @@ class BatchItemView:
     tiling: TilingRow | None
 
 
-def batch_view(session: Session, *, batch_id: int) -> list[BatchItemView]:
-    """A batch's items with their workloads, jobs and tilings, in manifest order (one query)."""
+def batch_view(
+    session: Session, *, batch_id: int, toolchains: Mapping[str, str | None] | None = None
+) -> list[BatchItemView]:
+    """A batch's items with their workloads, jobs and tilings, in manifest order.
+
+    An item's tiling is that of its target's current toolchain (``toolchains``: target name to
+    toolchain id, as in :func:`best_tilings`); for a target whose toolchain is not known, the
+    most recently stored of any.
+    """
     query = (
-        select(BatchItemModel, WorkloadModel, JobModel, TilingModel)
+        select(BatchItemModel, WorkloadModel, JobModel)
         .join(WorkloadModel, WorkloadModel.id == BatchItemModel.workload_id)
         .outerjoin(JobModel, JobModel.id == BatchItemModel.job_id)
-        .outerjoin(TilingModel, TilingModel.workload_id == BatchItemModel.workload_id)
         .where(BatchItemModel.batch_id == batch_id)
         .order_by(BatchItemModel.position)
         .execution_options(populate_existing=True)
     )
+    current = toolchains or {}
     return [
         BatchItemView(
             _item_row(item),
             workload_row(workload),
             None if job is None else job_row(job),
-            None if tiling is None else tiling_row(tiling),
+            get_tiling(session, workload_id=workload.id, toolchain=current.get(workload.target)),
         )
-        for item, workload, job, tiling in session.execute(query)
+        for item, workload, job in session.execute(query).all()
     ]
