@@ -166,7 +166,7 @@ def test_postgres_restart_under_serve_503_then_reconnect_and_finish(
             row = store.get_job(s, job_id=job_id)
             assert row is not None
             rows = store.records_for(s, workload_id=row.workload_id)
-            tiling = store.get_tiling(s, workload_id=row.workload_id)
+            tiling = store.get_tiling(s, workload_id=row.workload_id, toolchain=None)
             evaluations = store.job_evaluations(s, job_id=job_id)
     finally:
         db.close()
@@ -241,7 +241,7 @@ def test_postgres_restart_during_an_optuna_call_hands_the_job_back(
         with db.session() as s:
             done = store.get_job(s, job_id=job.id)
             rows = store.records_for(s, workload_id=workload.id)
-            tiling = store.get_tiling(s, workload_id=workload.id)
+            tiling = store.get_tiling(s, workload_id=workload.id, toolchain=None)
             evaluations = store.job_evaluations(s, job_id=job.id)
     finally:
         db.close()

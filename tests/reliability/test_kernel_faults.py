@@ -136,7 +136,7 @@ def test_crashes_hangs_and_broken_builds_are_records_and_the_study_goes_on(
             result = tuner.run(Budget(space), seed=7)
         with db.session() as s:
             records = store.records_for(s, workload_id=tuner.workload_id)
-            winner = store.get_tiling(s, workload_id=tuner.workload_id)
+            winner = store.get_tiling(s, workload_id=tuner.workload_id, toolchain=None)
     finally:
         db.close()
 

@@ -42,6 +42,10 @@ WORKER = "host:1:cpu-twin:-"
 #: One row or more per table, every column any revision has; a revision gets the columns and
 #: tables it knows.
 DATA: dict[str, list[dict[str, Any]]] = {
+    "tw_toolchains": [
+        dict(id="0123456789ab", backend="cpu-twin", compiler="clang 19.1",
+             headers="twin 0123456789ab", profile="0123456789ab", created_at=T0),
+    ],
     "tw_workloads": [
         dict(id=1, key="a" * 32, op="scale_relu_dropout", op_version="0123456789ab",
              target="cpu-twin", dtype="float32", shape={"N": 4096}, shape_key="N=4096",
@@ -65,7 +69,7 @@ DATA: dict[str, list[dict[str, Any]]] = {
              tiling_key='{"blockDim":8,"bufferNum":2,"tileLength":2048}', status="ok",
              latency_us=12.5, spread=0.01, samples_us=[12.5, 12.4, 12.7], error=None,
              constraints=None, source="default", trial_number=0, env={"host": "h"},
-             created_at=T0, job_id=1),
+             created_at=T0, job_id=1, toolchain="0123456789ab"),
         dict(id=2, workload_id=1, tiling={"tileLength": 4096, "blockDim": 8, "bufferNum": 1},
              tiling_key='{"blockDim":8,"bufferNum":1,"tileLength":4096}', status="crashed",
              latency_us=None, spread=None, samples_us=None, error="runner died (signal SIGSEGV)",
@@ -79,7 +83,12 @@ DATA: dict[str, list[dict[str, Any]]] = {
     "tw_tilings": [
         dict(workload_id=1, record_id=1, tiling={"tileLength": 2048, "blockDim": 8,
              "bufferNum": 2}, latency_us=12.5, default_latency_us=15.0, speedup=1.2,
-             evaluations=2, updated_at=T0),
+             evaluations=2, updated_at=T0, toolchain="0123456789ab"),
+    ],
+    "tw_winner_history": [
+        dict(id=1, workload_id=1, toolchain="0123456789ab", record_id=1,
+             tiling={"tileLength": 2048, "blockDim": 8, "bufferNum": 2}, latency_us=12.5,
+             default_latency_us=15.0, speedup=1.2, reason="first winner", created_at=T0),
     ],
     "tw_workers": [
         dict(id=WORKER, host="host", pid=1, target="cpu-twin", device=None, status="busy",
@@ -130,7 +139,8 @@ def snapshot(url: str) -> dict[str, dict[tuple[Any, ...], dict[str, Any]]]:
         with engine.connect() as connection:
             out = {}
             for name, table in _tables(connection).items():
-                key = [c.name for c in table.primary_key.columns]
+                # The toolchain joined tw_tilings' key in 0006 ('unknown' for older rows).
+                key = [c.name for c in table.primary_key.columns if c.name != "toolchain"]
                 rows = connection.execute(sa.select(table)).mappings().all()
                 out[name] = {tuple(row[k] for k in key): dict(row) for row in rows}
             return out
@@ -198,6 +208,14 @@ def test_old_database_is_refused_then_upgrades_with_its_data(
     if "job_id" not in next(iter(before["tw_records"].values())):
         # Records older than tw_records.job_id belong to no job.
         assert all(r["job_id"] is None for r in after["tw_records"].values())
+    if "toolchain" not in next(iter(before["tw_records"].values())):
+        # Older than toolchains: measured with one not recorded, stale; the winner's history
+        # starts with it.
+        assert {r["toolchain"] for r in after["tw_records"].values()} == {"unknown"}
+        assert {r["toolchain"] for r in after["tw_tilings"].values()} == {"unknown"}
+        assert [h["reason"] for h in after["tw_winner_history"].values()] == [
+            "stored before the history was kept"
+        ]
 
     # The service starts on it and serves the old data.
     with TestClient(create_app(make_settings(db_url))) as client:
@@ -209,7 +227,7 @@ def test_old_database_is_refused_then_upgrades_with_its_data(
         with db.session() as s:
             workload = store.find_workload(s, key="a" * 32)
             assert workload is not None and workload.shape == {"N": 4096}
-            tiling = store.get_tiling(s, workload_id=workload.id)
+            tiling = store.get_tiling(s, workload_id=workload.id, toolchain=None)
             assert tiling is not None and tiling.speedup == pytest.approx(1.2)
             statuses = [r.status for r in store.records_for(s, workload_id=workload.id)]
             assert statuses == ["ok", "crashed"]

@@ -148,7 +148,7 @@ def assert_one_winner(db: store.Store, job: store.JobRow) -> store.TilingRow:
             sa.text("SELECT count(*) FROM tw_tilings WHERE workload_id = :w"),
             {"w": job.workload_id},
         ).one()
-        winner = store.get_tiling(s, workload_id=job.workload_id)
+        winner = store.get_tiling(s, workload_id=job.workload_id, toolchain=None)
     assert rows == 1 and winner is not None
     by_id = {r.id: r for r in records(db, job.workload_id)}
     chosen = by_id[winner.record_id]

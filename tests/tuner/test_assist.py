@@ -226,7 +226,7 @@ def test_holder_stops_when_assistants_spent_the_budget_and_finishes(
     assert result.progress.evaluations == 0 and backend.checked == {default.key(): 1}
     assert spent(db, job.id) == 3
     with db.session() as s:
-        assert store.get_tiling(s, workload_id=job.workload_id) is not None
+        assert store.get_tiling(s, workload_id=job.workload_id, toolchain=None) is not None
 
 
 def test_an_assistant_never_finishes(settings: Settings, db: store.Store) -> None:
@@ -239,7 +239,7 @@ def test_an_assistant_never_finishes(settings: Settings, db: store.Store) -> Non
     assert result.best is None and not result.stopped
     assert spent(db, job.id) == 3
     with db.session() as s:
-        assert store.get_tiling(s, workload_id=job.workload_id) is None
+        assert store.get_tiling(s, workload_id=job.workload_id, toolchain=None) is None
         records = store.records_for(s, workload_id=job.workload_id)
     assert not [r for r in records if r.source == store.SOURCE_REMEASURE]
     assert get_job(db, job.id).status is JobStatus.RUNNING

@@ -127,7 +127,7 @@ def test_worker_claims_tunes_and_finishes_a_job(settings: Settings, db: store.St
     assert all(r.job_id == job.id for r in records)
     with db.session() as s:
         assert store.job_evaluations(s, job_id=job.id) == 3
-        tiling = store.get_tiling(s, workload_id=job.workload_id)
+        tiling = store.get_tiling(s, workload_id=job.workload_id, toolchain=None)
         (row,) = store.list_workers(s)
     assert tiling is not None and tiling.latency_us == pytest.approx(done.best_latency_us)
     assert row.id == worker.id and row.status is WorkerStatus.STOPPED

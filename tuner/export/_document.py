@@ -160,12 +160,13 @@ def table_document(
         "format_version": FORMAT_VERSION,
         "generator": f"tilewise {__version__}",
         "generated_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "filters": {"op": op, "target": target, "dtype": dtype, "any_toolchain": any_toolchain},
+        "filters": {"op": op, "target": target, "dtype": dtype},
         # This host's toolchain id per target (None: not known here, not filtered), and the
         # workloads tuned only with another one: included with any_toolchain, else left out.
         "toolchains": {
             "current": {name: current.get(name) for name in sorted(current)},
             "other_toolchain_entries": len(stale),
+            "any_toolchain": any_toolchain,
         },
         "entries": entries,
     }

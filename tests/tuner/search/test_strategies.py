@@ -308,7 +308,7 @@ def test_a_tiling_replaces_the_default_only_when_faster_beyond_the_noise(
     else:
         assert result.best.tiling != default and result.speedup == pytest.approx(factor)
     with db.session() as s:
-        stored = store.get_tiling(s, workload_id=tuner.workload_id)
+        stored = store.get_tiling(s, workload_id=tuner.workload_id, toolchain=None)
     assert stored is not None and Tiling(stored.tiling) == result.best.tiling
     db.close()
 

@@ -48,7 +48,7 @@ def test_tune_small_linear_add_gelu_end_to_end(tmp_path: Path, db_url: str) -> N
         workload = store.find_workload(s, key=result["workload"]["key"])
         assert workload is not None
         records = store.records_for(s, workload_id=workload.id)
-        best = store.get_tiling(s, workload_id=workload.id)
+        best = store.get_tiling(s, workload_id=workload.id, toolchain=None)
     db.close()
     ok = [r for r in records if r.status == "ok"]
     assert all(r.samples_us and r.spread is not None for r in ok)

@@ -79,7 +79,7 @@ def test_default_first_no_tiling_twice_infeasible_never_built(settings: Settings
     # The winner is the fastest re-measured tiling, and the table holds it.
     assert result.best is not None and result.default is not None
     with db.session() as s:
-        best = store.get_tiling(s, workload_id=tuner.workload_id)
+        best = store.get_tiling(s, workload_id=tuner.workload_id, toolchain=None)
     assert best is not None and Tiling(best.tiling) == result.best.tiling
     assert best.speedup == pytest.approx(result.default.latency_us / result.best.latency_us)
     assert result.best.latency_us <= result.default.latency_us

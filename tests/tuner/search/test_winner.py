@@ -12,11 +12,11 @@ import pytest
 from tests.fakes import FakeBackend
 from tilewise import store
 from tilewise.kernels.ops import get_op
-from tilewise.kernels.targets import twin_target
+from tilewise.kernels.targets import TargetProfile, twin_target
 from tilewise.search import Progress, Tuner
 from tilewise.search._remeasure import beats_default
 from tilewise.settings import Settings
-from tilewise.types import Shape, Tiling
+from tilewise.types import Shape, Tiling, Toolchain
 
 SPEC = get_op("scale_relu_dropout")
 SHAPE = Shape({"N": 1 << 18})
@@ -90,7 +90,7 @@ def _finish(
 
 def _stored(db: store.Store, workload_id: int) -> Any:
     with db.session() as s:
-        return store.get_tiling(s, workload_id=workload_id)
+        return store.get_tiling(s, workload_id=workload_id, toolchain=None)
 
 
 def _record(db: store.Store, workload_id: int, record_id: int) -> Any:
@@ -237,6 +237,8 @@ def test_a_later_run_keeps_the_stored_winner_unless_it_beats_it(tmp_path: Path) 
     best, stored = _rerun(tmp_path, first, second)
     assert best.tiling == A and Tiling(stored.tiling) == A
     assert second.unchecked[A.key()] >= 3  # A was re-measured beside B, not taken on trust
+    # The winner did not change: its history holds only its first storing.
+    assert [(Tiling(h.tiling), h.reason) for h in _history(tmp_path)] == [(A, "first winner")]
 
 
 def test_a_later_run_replaces_the_stored_winner_when_it_beats_it(tmp_path: Path) -> None:
@@ -250,6 +252,63 @@ def test_a_later_run_replaces_the_stored_winner_when_it_beats_it(tmp_path: Path)
     best, stored = _rerun(tmp_path, first, second)
     assert best.tiling == B and Tiling(stored.tiling) == B
     assert (stored.latency_us, stored.default_latency_us) == (30.0, 100.0)
+    history = _history(tmp_path)
+    assert [(Tiling(h.tiling), h.reason) for h in history] == [
+        (A, "first winner"),
+        (B, "beat the stored winner side by side by 66.7%"),  # 50 us / 30 us
+    ]
+    assert (history[1].latency_us, history[1].speedup) == (30.0, pytest.approx(100 / 30))
+    assert history[1].record_id == stored.record_id
+
+
+class UpgradedBackend(ScriptedBackend):
+    """The same timings, measured with another compiler (an upgrade of the host)."""
+
+    def toolchain(self, target: TargetProfile) -> Toolchain:
+        t = super().toolchain(target)
+        return Toolchain(t.backend, "clang 99.0", t.headers, t.profile)
+
+
+def test_a_run_with_another_toolchain_stores_its_own_winner(tmp_path: Path) -> None:
+    """After an upgrade the first run's winner is not the incumbent: the new toolchain's run
+    stores its own (the old one re-measured among the contenders), and the old one stays."""
+    first = ScriptedBackend(
+        search={DEFAULT: 100.0, A: 50.0}, remeasure={DEFAULT: _spread(100.0), A: _spread(50.0)}
+    )
+    second = UpgradedBackend(
+        search={DEFAULT: 100.0, A: 50.0, B: 49.0},
+        remeasure={DEFAULT: _spread(100.0), A: _spread(60.0), B: _spread(49.8)},
+    )
+    _, _, db, _ = _finish(tmp_path, first)
+    db.close()
+    best, _, db, wid = _finish(tmp_path, second, top=1)
+    try:
+        with db.session() as s:
+            by_toolchain = {
+                t.toolchain.compiler: Tiling(t.tiling) for t in store.tilings_of(s, workload_id=wid)
+            }
+            new = second.toolchain(twin_target())
+            assert store.get_tiling(s, workload_id=wid, toolchain=new.id).latency_us == 49.8
+    finally:
+        db.close()
+    # B wins side by side, without having to beat A (not the incumbent of this toolchain) ...
+    assert best.tiling == B and by_toolchain.pop("clang 99.0") == B
+    # ... A, the old winner, was re-measured with the new toolchain, and is kept under the old.
+    assert second.unchecked[A.key()] >= 3 and list(by_toolchain.values()) == [A]
+    history = _history(tmp_path)
+    assert [Tiling(h.tiling) for h in history] == [A, B]
+    assert history[1].reason.startswith("first winner of this toolchain (the earlier one was")
+    assert history[1].toolchain == new.id != history[0].toolchain
+
+
+def _history(tmp_path: Path) -> list[store.WinnerRow]:
+    db = store.open_store(f"sqlite:///{tmp_path / 'db' / 'tw.db'}")
+    try:
+        with db.session() as s:
+            [workload] = [w for w, _ in store.best_tilings(s)]
+            return store.winner_history(s, workload_id=workload.id)
+    finally:
+        db.close()
 
 
 def test_nothing_is_stored_when_no_tiling_ran(tmp_path: Path) -> None:
