@@ -21,7 +21,7 @@ from tilewise.kernels.ops._base import Tunable
 from tilewise.kernels.targets import get_target
 from tilewise.settings import Settings
 from tilewise.store import Store, WorkloadRow
-from tilewise.types import Shape, Tiling, Workload
+from tilewise.types import Shape, Tiling, Toolchain, Workload
 
 TOKEN = "s3cret-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -51,9 +51,12 @@ def seed_tuned(
     dtype: str = "float32",
     target: str = "cpu-twin",
     latencies: tuple[float, ...] = (40.0, 55.0, 31.0, 33.0, 24.0, 26.0),
+    toolchain: Toolchain | None = None,
 ) -> Seeded:
     """A tuned workload as a tuning run leaves it: search records (one failed), a re-measure
-    of the best, and its tiling-table entry."""
+    of the best, and its tiling-table entry; measured with ``toolchain`` (default: this
+    host's, whose entries the service serves)."""
+    toolchain = toolchain or host_toolchain()
     spec, profile = get_op(op), get_target(target)
     parsed = Shape(shape or {"N": 65536})
     default = spec.default_tiling(parsed, dtype, profile)
@@ -75,7 +78,7 @@ def seed_tuned(
             records.append(
                 store.add_record(
                     session,
-                    toolchain=host_toolchain(),
+                    toolchain=toolchain,
                     workload_id=row.id,
                     tiling=tiling,
                     status="ok",
@@ -88,7 +91,7 @@ def seed_tuned(
             if i == 1:
                 store.add_record(
                     session,
-                    toolchain=host_toolchain(),
+                    toolchain=toolchain,
                     workload_id=row.id,
                     tiling=tiling,
                     status="build_failed",
@@ -99,7 +102,7 @@ def seed_tuned(
         best = min(records, key=lambda r: r.latency_us or 0.0)
         remeasured = store.add_record(
             session,
-            toolchain=host_toolchain(),
+            toolchain=toolchain,
             workload_id=row.id,
             tiling=best.tiling,
             status="ok",
@@ -110,7 +113,7 @@ def seed_tuned(
         assert best.latency_us is not None
         store.upsert_tiling(
             session,
-            toolchain=host_toolchain(),
+            toolchain=toolchain,
             workload_id=row.id,
             record_id=remeasured.id,
             tiling=best.tiling,
