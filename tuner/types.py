@@ -232,7 +232,9 @@ class Toolchain:
             reasons.append(f"measured on {self.backend} (now {current.backend})")
         if self.compiler != current.compiler:
             reasons.append(f"compiled with {self.compiler} (now {current.compiler})")
-        if self.headers != current.headers:
+        # On Ascend both are the CANN version: said once.
+        same_as_compiler = self.headers == self.compiler and current.headers == current.compiler
+        if self.headers != current.headers and not same_as_compiler:
             old, new = self.headers.partition(" ")[0], current.headers.partition(" ")[0]
             reasons.append(
                 "twin headers changed"

@@ -25,7 +25,6 @@ from tilewise.kernels.backends._toolchain import (
     current_toolchain,
     current_toolchain_id,
     current_toolchain_ids,
-    profile_digest,
 )
 from tilewise.kernels.targets import TargetProfile
 from tilewise.settings import Settings
@@ -45,7 +44,6 @@ __all__ = [
     "current_toolchain_id",
     "current_toolchain_ids",
     "predict",
-    "profile_digest",
     "rank",
 ]
 

@@ -52,3 +52,31 @@ def test_a_tiling_of_ints_is_the_tiling_of_the_same_values() -> None:
     assert fast == Tiling(values) and hash(fast) == hash(Tiling(values))
     assert fast.key() == Tiling(values).key() and fast["blockDim"] == 8
     assert list(fast) == list(Tiling(values)) and fast.replace(blockDim=4)["blockDim"] == 4
+
+
+def test_toolchain_id_is_a_stable_short_hash_of_its_parts() -> None:
+    from tilewise.types import UNKNOWN_TOOLCHAIN, Toolchain
+
+    a = Toolchain("cpu-twin", "clang 19.1", "twin 0123456789ab", "aaaaaaaaaaaa")
+    assert a.id == Toolchain("cpu-twin", "clang 19.1", "twin 0123456789ab", "aaaaaaaaaaaa").id
+    assert len(a.id) == 12 and int(a.id, 16) >= 0
+    assert a.id != Toolchain("cpu-twin", "clang 19.2", "twin 0123456789ab", "aaaaaaaaaaaa").id
+    assert Toolchain.unknown().id == UNKNOWN_TOOLCHAIN and not Toolchain.unknown().known
+
+
+def test_toolchain_stale_reasons_name_what_changed() -> None:
+    from tilewise.types import Toolchain
+
+    now = Toolchain("cpu-twin", "clang 19.1", "twin 0123456789ab", "aaaaaaaaaaaa")
+    assert now.stale_reason(now) is None
+    assert now.stale_reason(None) is None  # nothing to compare with
+    older = Toolchain("cpu-twin", "clang 18.1", "twin 0123456789ab", "aaaaaaaaaaaa")
+    assert older.stale_reason(now) == "compiled with clang 18.1 (now clang 19.1)"
+    headers = Toolchain("cpu-twin", "clang 19.1", "twin ffffffffffff", "aaaaaaaaaaaa")
+    assert headers.stale_reason(now) == "twin headers changed"
+    profile = Toolchain("cpu-twin", "clang 19.1", "twin 0123456789ab", "bbbbbbbbbbbb")
+    assert profile.stale_reason(now) == "target profile changed"
+    cann = Toolchain("ascend", "CANN 8.0.RC3", "CANN 8.0.RC3", "aaaaaaaaaaaa")
+    cann_now = Toolchain("ascend", "CANN 8.1.RC1", "CANN 8.1.RC1", "aaaaaaaaaaaa")
+    assert cann.stale_reason(cann_now) == "compiled with CANN 8.0.RC3 (now CANN 8.1.RC1)"
+    assert "not recorded" in (Toolchain.unknown().stale_reason(now) or "")
