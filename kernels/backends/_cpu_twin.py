@@ -23,8 +23,8 @@ from tilewise.kernels.backends._compiler import (
     max_stack_frame,
 )
 from tilewise.kernels.backends._problem import Problem
-from tilewise.kernels.backends._toolchain import twin_toolchain
 from tilewise.kernels.backends._runner import RunnerCrashed, RunnerProcess, RunnerTimeout
+from tilewise.kernels.backends._toolchain import twin_toolchain
 from tilewise.kernels.ops import OpSpec
 from tilewise.kernels.targets import TargetProfile, twin_target
 from tilewise.settings import Settings, get_settings

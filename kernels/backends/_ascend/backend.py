@@ -47,8 +47,8 @@ from tilewise.kernels.backends._ascend.project import (
 )
 from tilewise.kernels.backends._ascend.toolkit import RUN_MODES, Toolkit, find_toolkit
 from tilewise.kernels.backends._base import Backend, BuildResult, MeasureOptions, RunResult
-from tilewise.kernels.backends._toolchain import ascend_toolchain
 from tilewise.kernels.backends._problem import Problem
+from tilewise.kernels.backends._toolchain import ascend_toolchain
 from tilewise.kernels.ops import Check, OpSpec
 from tilewise.kernels.targets import TargetProfile, get_target
 from tilewise.settings import Settings, get_settings
