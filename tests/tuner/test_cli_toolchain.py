@@ -144,7 +144,9 @@ def test_a_retune_stores_a_fresh_winner_beside_the_stale_one(
     assert other["tiling"] == tiling and other["stale"].startswith("compiled with clang 18.1")
     reasons = [h["reason"] for h in shown["history"]]
     assert reasons[0] == "first winner" and len(reasons) == 2
-    assert reasons[1].startswith("first winner of this toolchain (the earlier one was measured")
+    assert reasons[1] == (
+        f"first winner of this toolchain (earlier winner: clang 18.1, {host_toolchain().headers})"
+    )
     assert shown["history"][1]["toolchain"] == host_toolchain().id
     text = " ".join(tilewise("show", *ARGS, tmp_path=tmp_path, db=db).stdout.split())
     assert "this host's" in text and "also stored, stale: compiled with clang 18.1" in text

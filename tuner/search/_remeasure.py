@@ -181,7 +181,7 @@ def _reason(
         if earlier is None:
             return "first winner"
         was = f"{earlier.toolchain.compiler}, {earlier.toolchain.headers}"
-        return f"first winner of this toolchain (the earlier one was measured with {was})"
+        return f"first winner of this toolchain (earlier winner: {was})"
     old = latencies.get(incumbent.key())
     if best_key == incumbent.key():
         return "kept"

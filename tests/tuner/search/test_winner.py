@@ -297,7 +297,10 @@ def test_a_run_with_another_toolchain_stores_its_own_winner(tmp_path: Path) -> N
     assert second.unchecked[A.key()] >= 3 and list(by_toolchain.values()) == [A]
     history = _history(tmp_path)
     assert [Tiling(h.tiling) for h in history] == [A, B]
-    assert history[1].reason.startswith("first winner of this toolchain (the earlier one was")
+    old = first.toolchain(twin_target())
+    assert history[1].reason == (
+        f"first winner of this toolchain (earlier winner: {old.compiler}, {old.headers})"
+    )
     assert history[1].toolchain == new.id != history[0].toolchain
 
 
