@@ -23,6 +23,7 @@ from tilewise import store
 from tilewise.api.errors import NotFound
 from tilewise.api.schemas import MissList, MissPublic
 from tilewise.errors import StoreError
+from tilewise.kernels.backends import current_toolchain_ids
 from tilewise.kernels.ops import OPS, get_op
 from tilewise.manifest import manifest_of
 from tilewise.store import MissRow, Store
@@ -139,7 +140,13 @@ def listing(
     recorder.flush()
     versions = {name: get_op(name).version for name in OPS}
     untuned = store.list_misses(
-        session, op=op, target=target, dtype=dtype, untuned=versions, limit=limit
+        session,
+        op=op,
+        target=target,
+        dtype=dtype,
+        untuned=versions,
+        toolchains=current_toolchain_ids(store.workload_targets(session)),
+        limit=limit,
     )
     if manifest is not None:
         if not untuned:

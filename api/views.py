@@ -94,7 +94,9 @@ def index(session: Session) -> dict[str, Any]:
     current = {name: get_op(name).version for name in OPS}
     return {
         "tuned": tuned,
-        "misses": store.list_misses(session, untuned=current, limit=MISSES_SHOWN),
+        "misses": store.list_misses(
+            session, untuned=current, toolchains=toolchains, limit=MISSES_SHOWN
+        ),
         "jobs": _jobs(session, store.list_jobs(session, limit=JOBS_SHOWN)),
         "workers": store.list_workers(session),
     }

@@ -151,6 +151,7 @@ def _from_db(
     url: str, filters: dict[str, str], include_tuned: bool, limit: int
 ) -> list[dict[str, Any]]:
     from tilewise import store
+    from tilewise.kernels.backends import current_toolchain_ids
     from tilewise.kernels.ops import OPS, get_op
 
     db = store.open_store(url, create=False)
@@ -159,7 +160,13 @@ def _from_db(
         op, target, dtype = (filters.get(k) for k in ("op", "target", "dtype"))
         with db.session() as s:
             untuned = store.list_misses(
-                s, op=op, target=target, dtype=dtype, untuned=versions, limit=limit
+                s,
+                op=op,
+                target=target,
+                dtype=dtype,
+                untuned=versions,
+                toolchains=current_toolchain_ids(store.workload_targets(s)),
+                limit=limit,
             )
             if include_tuned:
                 rows = store.list_misses(s, op=op, target=target, dtype=dtype, limit=limit)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Table, and_, bindparam, case, exists, select, tuple_, update
+from sqlalchemy import Table, and_, bindparam, case, exists, or_, select, true, tuple_, update
 from sqlalchemy import func as sa_func
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
@@ -133,6 +133,16 @@ def _insert(session: Session, misses: Sequence[MissRow]) -> None:
         )
 
 
+def _served(toolchains: Mapping[str, str | None] | None) -> Any:
+    """The condition that a tiling is of its target's current toolchain (or that toolchain is
+    not known)."""
+    known = {target: ident for target, ident in (toolchains or {}).items() if ident is not None}
+    if not known:
+        return true()
+    current = case(known, value=WorkloadModel.target, else_=None)
+    return or_(current.is_(None), TilingModel.toolchain == current)
+
+
 def list_misses(
     session: Session,
     *,
@@ -140,11 +150,14 @@ def list_misses(
     target: str | None = None,
     dtype: str | None = None,
     untuned: Mapping[str, str] | None = None,
+    toolchains: Mapping[str, str | None] | None = None,
     limit: int | None = None,
 ) -> list[MissRow]:
     """Recorded misses, most asked first (then the latest asked). With ``untuned`` (op name →
     the op's current version) only shapes with no stored tiling at that version: the ones
-    still to tune."""
+    still to tune. With ``toolchains`` too (target name → its current toolchain's id, None:
+    not known), a tiling of another toolchain than its target's current one does not count
+    as tuned (lookups do not serve it)."""
     query = select(MissModel)
     for column, value in ((MissModel.op, op), (MissModel.target, target), (MissModel.dtype, dtype)):
         if value is not None:
@@ -160,6 +173,7 @@ def list_misses(
                 WorkloadModel.dtype == MissModel.dtype,
                 WorkloadModel.shape_key == MissModel.shape_key,
                 WorkloadModel.op_version == version,
+                _served(toolchains),
             )
         )
         query = query.where(~tuned)

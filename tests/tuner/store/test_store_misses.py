@@ -118,3 +118,22 @@ def test_two_writers_recording_the_same_new_shapes_at_once_lose_nothing(store: S
     got = counts(store)
     assert got.pop(64) == (1 + 3) * rounds
     assert got == {base + i: 4 for i in range(rounds) for base in (1000, 2000)}
+
+
+def test_a_shape_tuned_only_with_another_toolchain_is_still_untuned(store: Store) -> None:
+    from tests_support import host_toolchain
+
+    from tilewise.types import Toolchain
+
+    now = host_toolchain()
+    old = Toolchain(now.backend, "clang 18.1", now.headers, now.profile)
+    seed_tuned(store, shape={"N": 64}, toolchain=old)
+    seed_tuned(store, shape={"N": 128})  # this host's toolchain
+    with session_scope(store) as s:
+        record_misses(s, misses=[miss(64, 3), miss(128, 2)], max_rows=10)
+    versions = {SRD.name: SRD.version}
+    # Lookups do not serve the stale one: still to tune, when the toolchains are given.
+    assert counts(store, untuned=versions, toolchains={"cpu-twin": now.id}) == {64: 3}
+    assert counts(store, untuned=versions) == {}
+    # A target whose toolchain is not known here: any stored tiling counts.
+    assert counts(store, untuned=versions, toolchains={"cpu-twin": None}) == {}
