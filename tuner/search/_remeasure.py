@@ -86,8 +86,8 @@ def finish(evaluator: Evaluator, default: Tiling) -> tuple[Measured | None, Meas
     (:func:`beats_default`), and the winner stored by an earlier run stays unless the new one
     beats it by the same test: one stored winner per workload and toolchain, which changes on
     evidence (each change goes to the winner history, with its reason). The latest winner of
-    another toolchain (before an upgrade) is re-measured among them too: it is not the
-    incumbent, but it may well win again.
+    another toolchain (before an upgrade) is re-measured among them too, when still valid for
+    the target: it is not the incumbent, but it may well win again.
 
     The best and the default as re-measured; (None, None) when nothing could be."""
     settings = evaluator.settings
@@ -118,8 +118,14 @@ def finish(evaluator: Evaluator, default: Tiling) -> tuple[Measured | None, Meas
     incumbent = Tiling(stored.tiling) if stored is not None else None
     if incumbent is not None:
         contenders.setdefault(incumbent.key(), incumbent)
-    if earlier:
-        contenders.setdefault(earlier[0].tiling.key(), Tiling(earlier[0].tiling))
+    # Re-measured unchecked like every contender: it was verified when it was searched, and a
+    # changed target profile (other chip limits) may have made it invalid, so it must pass
+    # the op's static check here first.
+    former = Tiling(earlier[0].tiling) if earlier else None
+    if former is not None and evaluator.spec.valid(
+        former, evaluator.shape, evaluator.dtype, evaluator.target
+    ):
+        contenders.setdefault(former.key(), former)
     samples = interleaved_samples(evaluator, contenders)
     latencies: dict[str, tuple[float, int]] = {}
     for key, times in samples.items():
