@@ -7,6 +7,7 @@ target; :func:`current_toolchain` tells it without making a backend (no runner, 
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Iterable
 from functools import lru_cache
 
@@ -42,11 +43,15 @@ def current_toolchain(target: TargetProfile | str) -> Toolchain | None:
     """The toolchain this host would tune ``target`` with; None when it has none (no compiler
     for the twin, no CANN toolkit for an Ascend SoC): then nothing can be judged stale here."""
     profile = get_target(target) if isinstance(target, str) else target
-    return _current(profile, get_settings().compiler)
+    # Cached per compiler setting and toolkit location: a lookup must not probe each time.
+    toolkit = tuple(os.environ.get(name) for name in ("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME"))
+    return _current(profile, get_settings().compiler, toolkit)
 
 
 @lru_cache(maxsize=32)
-def _current(target: TargetProfile, compiler_setting: str) -> Toolchain | None:
+def _current(
+    target: TargetProfile, compiler_setting: str, _toolkit: tuple[str | None, ...]
+) -> Toolchain | None:
     if target.backend == "cpu-twin":
         from tilewise.kernels.backends._compiler import find_compiler
 
