@@ -41,7 +41,7 @@ def label(value: float, step: float | None = None) -> str:
 
 
 def _log_candidates(lo: float, hi: float) -> list[float]:
-    out = []
+    out: list[float] = []
     for k in range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1):
         out.extend(round(m * 10.0**k, 12) for m in MANTISSAS)
     return out

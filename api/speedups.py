@@ -123,7 +123,7 @@ def speedup_chart(points: Sequence[Point], x_title: str, *, width: int = 760) ->
     series: dict[str, list[Point]] = {}
     for p in shown:
         series.setdefault(p.series, []).append(p)
-    legend_x = left
+    legend_x = float(left)
     for i, (name, members) in enumerate(series.items()):
         colour = COLOURS[i % len(COLOURS)]
         line = " ".join(f"{_fmt(x(p.size))},{_fmt(y(p.tiling.speedup or 1.0))}" for p in members)
