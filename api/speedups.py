@@ -79,6 +79,14 @@ def op_page(session: Session, op: str, f: Filters) -> dict[str, Any]:
     }
 
 
+def compact(value: float) -> str:
+    """A size tick's text: 500, 2k, 10k, 1M (a shape axis's round numbers are large)."""
+    for factor, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if value >= factor:
+            return f"{value / factor:g}{suffix}"
+    return f"{value:g}"
+
+
 def _fmt(value: float) -> str:
     return f"{value:.1f}"
 
@@ -89,7 +97,7 @@ def speedup_chart(points: Sequence[Point], x_title: str, *, width: int = 760) ->
     shown = [p for p in points if p.tiling.speedup is not None]
     if not shown:
         return Markup('<p class="muted">No tuned shape has a measured speedup yet.</p>')
-    height, left, right, top, bottom = 340, 64, 16, 16, 76
+    height, left, right, top, bottom = 340, 64, 32, 16, 76
     pw, ph = width - left - right, height - top - bottom
     sizes = [p.size for p in shown]
     log_x = max(sizes) / min(sizes) >= LOG_RATIO
@@ -106,7 +114,8 @@ def speedup_chart(points: Sequence[Point], x_title: str, *, width: int = 760) ->
             f'stroke="#eee"/><text class="ytick" x="{left - 6}" y="{_fmt(y(v) + 4)}" '
             f'text-anchor="end" font-size="11">{text}</text>'
         )
-    for v, text in zip(x.ticks, x.labels, strict=True):
+    for v in x.ticks:
+        text = compact(v)
         parts.append(
             f'<line x1="{_fmt(x(v))}" x2="{_fmt(x(v))}" y1="{top}" y2="{top + ph}" '
             f'stroke="#eee"/><text class="xtick" x="{_fmt(x(v))}" y="{top + ph + 16}" '

@@ -163,7 +163,7 @@ def test_op_page_shows_speedup_across_shapes(client: TestClient, db: Store) -> N
     for s in seeded[:3]:
         assert f'href="/workloads/{s.workload.key}"' in chart
     xticks = re.findall(r'class="xtick"[^>]*>([^<]+)<', chart)
-    assert xticks[0] == "2000" and xticks[-1] == "2000000"
+    assert xticks == ["2k", "10k", "100k", "1M", "2M"]  # decades: 2 .. 2000 thousand is many
     yticks = [float(t) for t in re.findall(r'class="ytick"[^>]*>([^<]+)<', chart)]
     assert yticks[0] == 0 and yticks[-1] >= 2.0
     assert 'class="parity"' in chart  # the default's 1x
