@@ -161,6 +161,8 @@ def chart(
         *(m.latency_us for m in curve.remeasures),
         *(v for v in (default_us, winner_us) if v),
     ]
+    if scale == "log" and min(values) <= 0:  # a zero time (a broken timer) has no log
+        scale = "linear"
     y = axis(values, top + ph, top, scale=scale, zero=True)
     n = len(curve)
     x = axis(
