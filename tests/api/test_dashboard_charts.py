@@ -206,3 +206,45 @@ def test_chart_draws_a_search_only_curve() -> None:
     svg = str(chart(Curve((5.0, 3.0), (5.0, 3.0))))
     assert svg.count('class="pt search"') == 2 and 'class="pt remeasure' not in svg
     assert 'class="winner"' not in svg and "stored winner" not in svg
+
+
+def test_jobs_tables_label_a_running_jobs_best_as_a_search_time(
+    client: TestClient, db: Store
+) -> None:
+    key = _run(db)
+    with store.session_scope(db) as s:
+        w = store.find_workload(s, key=key)
+        assert w is not None
+        running = store.create_job(s, workload_id=w.id, budget_evals=9)
+        done = store.create_job(s, workload_id=w.id, budget_evals=9)
+    for job in (running, done):
+        with store.session_scope(db) as s:
+            claimed = store.claim_job(s, worker_id=f"w{job.id}", lease_seconds=60)
+            assert claimed is not None
+            store.update_job_progress(
+                s,
+                job_id=claimed.id,
+                worker_id=f"w{claimed.id}",
+                evaluations=4,
+                best_latency_us=27.0,
+                speedup=None,
+            )
+    with store.session_scope(db) as s:
+        store.finish_job(
+            s,
+            job_id=done.id,
+            worker_id=f"w{done.id}",
+            status="succeeded",
+            evaluations=5,
+            best_latency_us=33.0,
+            speedup=51.0 / 33.0,
+        )
+    for page in ("/", f"/workloads/{key}"):
+        html = client.get(page).text
+        table = re.search(r'<table id="jobs">(.*?)</table>', html, re.S)
+        assert table is not None, page
+        cells = re.findall(
+            r'<td class="num">([^<]*(?:<span class="muted">search</span>)?)</td>', table.group(1)
+        )
+        assert '27.00 <span class="muted">search</span>' in cells, (page, cells)
+        assert "33.00" in cells, (page, cells)
