@@ -49,6 +49,7 @@ the comment it starts with for its contract.
 This module stays light (no SQLAlchemy, Optuna or FastAPI at import): the runtime imports it.
 """
 
+from tilewise.export._cover import Coverage, greedy_cover
 from tilewise.export._document import (
     FORMAT,
     FORMAT_VERSION,
@@ -65,20 +66,19 @@ from tilewise.export._document import (
     relative_form,
     table_document,
 )
-from tilewise.export._cover import Coverage, greedy_cover
 from tilewise.export._header import render_header
 from tilewise.export._portfolio import GroupPortfolio, MeasureFn, portfolio_document
 from tilewise.export._portfolio_doc import PortfolioGroup, load_portfolio
 
 __all__ = [
     "FORMAT",
-    "Coverage",
-    "GroupPortfolio",
-    "MeasureFn",
-    "PortfolioGroup",
     "FORMAT_VERSION",
     "READ_VERSIONS",
+    "Coverage",
+    "GroupPortfolio",
     "Loaded",
+    "MeasureFn",
+    "PortfolioGroup",
     "TableEntry",
     "TableFormatError",
     "canonical_filters",
@@ -94,4 +94,3 @@ __all__ = [
     "render_header",
     "table_document",
 ]
-

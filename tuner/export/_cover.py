@@ -45,9 +45,7 @@ def _mean_slowdown(ratios: Sequence[float]) -> float:
     return missing * 1e9 + (statistics.fmean(measured) if measured else 0.0)
 
 
-def greedy_cover(
-    latency: Matrix, optimum: Sequence[float], *, within: float, k: int
-) -> list[int]:
+def greedy_cover(latency: Matrix, optimum: Sequence[float], *, within: float, k: int) -> list[int]:
     """Up to ``k`` candidate indices, in the order picked (see the module docstring).
 
     Raises:

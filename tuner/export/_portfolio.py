@@ -9,8 +9,10 @@ the key must match exactly, a snapped neighbour of the carried tiling does not c
 header would run the carried one. Where the records did not measure it, ``measure`` (the CLI's
 ``--measure``) measures it now on the target; without it the pair counts as not covering. The
 shape's own latency is the median of its best tiling's records (the stored latency without
-records); a pair measured now is compared with the shape's best tiling measured now as well. :mod:`tilewise.export._cover` then picks the portfolio and assigns each shape the
-member measured fastest there.
+records); a pair measured now is compared with the shape's best tiling measured now as well
+(after the others). Each pair's slowdown is its latency over that reference, and
+:mod:`tilewise.export._cover` picks the portfolio on slowdowns and assigns each shape the
+member with the least slowdown there.
 
 The document is the table document with each tuned shape's tiling replaced by its member as
 carried to it (see :mod:`tilewise.export._portfolio_doc` for the ``portfolio`` section, which
@@ -116,32 +118,36 @@ def build_group(
         found = _measured(records_for(session, workload_id=w.id))
         own = found.get(t.tiling.key())
         optimum.append(own.latency_us if own is not None else t.latency_us)
-        own_now: float | None = None
         row: list[float | None] = []
-        ratios: list[float | None] = []
+        now: list[bool] = []  # measured now, not found in the records
         for c in candidates:
             tiling = c.at(spec, target, dtype, w.shape)
             value: float | None = None
-            reference = optimum[-1]
             if tiling is None:
                 pairs["not_carried"] += 1
             elif (hit := found.get(tiling.key())) is not None:
                 value = hit.latency_us
                 pairs["records"] += 1
             elif measure is not None:
-                # Measured now: against the shape's own tiling measured now too, not against
-                # records of another hour of a shared machine.
-                if own_now is None:
-                    own_now = measure(spec, target, dtype, w.shape, t.tiling) or optimum[-1]
                 value = measure(spec, target, dtype, w.shape, tiling)
-                reference = own_now
                 pairs["measured_now" if value is not None else "not_measured"] += 1
             else:
                 pairs["not_measured"] += 1
             row.append(value)
-            ratios.append(None if value is None else value / reference)
+            now.append(tiling is not None and value is not None and tiling.key() not in found)
+        reference = optimum[-1]
+        if measure is not None and any(now):
+            # What was measured now is compared with the shape's own tiling measured now too
+            # (not with records of another hour of a shared machine): after the others, so that
+            # it does not meet the shape's first, cold runs.
+            reference = measure(spec, target, dtype, w.shape, t.tiling) or reference
         latency.append(row)
-        ratio.append(ratios)
+        ratio.append(
+            [
+                None if v is None else v / (reference if fresh else optimum[-1])
+                for v, fresh in zip(row, now, strict=True)
+            ]
+        )
     # The cover compares slowdowns: each against its own reference, every optimum then 1.
     ones = [1.0] * len(rows)
     report = [coverage(ratio, ones, within=within, k=size)[1] for size in REPORT_SIZES]
@@ -242,9 +248,7 @@ def portfolio_document(
     return doc, built
 
 
-def _member_entry(
-    spec: OpSpec, tuned: dict[str, Any], g: GroupPortfolio, s: int
-) -> dict[str, Any]:
+def _member_entry(spec: OpSpec, tuned: dict[str, Any], g: GroupPortfolio, s: int) -> dict[str, Any]:
     """The tuned shape's entry with its member's tiling, as carried to the shape, in place of
     the tuned one. ``latency_us`` is the member's measured latency there and ``slowdown`` that
     over the tuned latency; where the member was not measured at the shape

@@ -19,13 +19,14 @@ hold each tuned shape's member)::
     }
 
 A member is a tiling in its relative form (the op's carry rules re-derive it for any shape),
-or with ``relative`` null the op's default tiling. The selection rule (:meth:`PortfolioGroup.choose`,
-and the header's ``<prefix>_member`` / ``<prefix>_member_tiling``): a tuned shape takes its own
-member; any other shape takes the member of the nearest tuned shape (the runtime's and the
-header's distance and ties: the smallest sum over dims of ``|log2 asked - log2 tuned|``, ties to
-the smaller tuned shape in dims order), re-derived for the asked shape from the member's
-relative form. Nothing is checked against the op's validity rules for the asked shape (as in
-the header's nearest answers).
+or with ``relative`` null the op's default tiling. The selection rule
+(:meth:`PortfolioGroup.choose`, and the header's ``<prefix>_member`` and
+``<prefix>_member_tiling``): a tuned shape takes its own member; any other shape takes the
+member of the nearest tuned shape (the runtime's and the header's distance and ties: the
+smallest sum over dims of ``|log2 asked - log2 tuned|``, ties to the smaller tuned shape in
+dims order), re-derived for the asked shape from the member's relative form. Nothing is
+checked against the op's validity rules for the asked shape (as in the header's nearest
+answers).
 """
 
 from __future__ import annotations
