@@ -62,6 +62,8 @@ def test_greedy_cover_picks_the_known_answer() -> None:
     # has a measured member), then B (mean 1.007 against D's 1.009), then D.
     assert greedy_cover(latency, optimum, within=0.01, k=8) == [0, 2, 1, 3]
     assert assign(latency, optimum, [0, 2]) == [0, 0, 0, 2, 2]
+    # Nothing within 5% anywhere: one pick regardless, the lower mean slowdown.
+    assert greedy_cover([[1.3, 1.2], [1.1, 1.4]], [1.0, 1.0], within=0.05, k=3) == [0]
     chosen, cov = coverage(latency, optimum, within=0.05, k=1)
     assert chosen == [0] and cov.members == 1 and cov.unmeasured == 1
     assert cov.within_5 == pytest.approx(3 / 5) and cov.within_2 == pytest.approx(2 / 5)
@@ -102,7 +104,7 @@ def _best(shape: Shape) -> Tiling:
 
 
 def _carried(source: Shape, to: Shape) -> Tiling:
-    tiling = RULES.derive(RULES.relative(_best(source), source), to)
+    tiling = LAG.carry(_best(source), source, to, "float32", TWIN)  # itself at its own shape
     assert tiling is not None
     return tiling
 
@@ -198,6 +200,38 @@ def test_portfolio_of_a_synthetic_record_set(store: st.Store) -> None:
     (loaded,) = load_portfolio(doc)
     assert loaded.members == (relative[0], relative[3])
     assert loaded.choose(LAG, TWIN, SHAPES[2]) == (0, _carried(SHAPES[0], SHAPES[2]))
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_a_shape_where_no_member_was_measured_says_so(store: st.Store) -> None:
+    """Two tuned shapes, each best measured only at its own shape: one tiling cannot cover both
+    within 5%, and the shape left out gets the member carried over, marked unmeasured."""
+    two = SHAPES[:2]
+    with store.session() as session:
+        for shape in two:
+            workload = st.commit_workload(
+                session, Workload(LAG.name, LAG.version, "cpu-twin", "float32", shape)
+            )
+            rid = _record(session, workload.id, _best(shape), 100.0)
+            _record(session, workload.id, LAG.default_tiling(shape, "float32", TWIN), 150.0)
+            st.upsert_tiling(
+                session, workload_id=workload.id, record_id=rid, tiling=_best(shape),
+                latency_us=100.0, default_latency_us=150.0, speedup=1.5, evaluations=2,
+            )  # fmt: skip
+    with store.session() as session:
+        doc, (group,) = portfolio_document(session, op=LAG.name, k=1, within=0.05)
+    (member,) = group.chosen
+    source = group.candidates[member].origin
+    assert source in two
+    (other,) = [s for s in two if s != source]
+    entries = {Shape(e["shape"]): e for e in doc["entries"]}
+    assert entries[other]["member_measured"] is False and entries[other]["slowdown"] is None
+    assert entries[other]["tiling"] == dict(_carried(source, other))
+    assert entries[other]["latency_us"] == 100.0  # the tuned latency: nothing else measured
+    assert entries[source]["member_measured"] is True and entries[source]["slowdown"] == 1.0
+    (k1, k2) = group.report[:2]
+    assert (k1.covered, k1.unmeasured, k2.covered, k2.members) == (0.5, 1, 1.0, 2)
+    assert group.pairs == {"records": 4, "measured_now": 0, "not_measured": 2, "not_carried": 0}
 
 
 def test_portfolio_bad_size(store: st.Store) -> None:
@@ -416,7 +450,11 @@ def test_cli_measures_the_pairs_the_records_lack(store: st.Store, tmp_path: Path
         "-o", str(out), tmp_path=tmp_path,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert "4 in the records, 2 measured now, 0 not measured" in done.stdout
+    recorded = {s: {_best(s), LAG.default_tiling(s, "float32", TWIN)} for s in small}
+    carried = [_carried(a, b) for a in small for b in small if a != b]
+    now = sum(1 for t, b in zip(carried, small[::-1], strict=True) if t not in recorded[b])
+    assert now >= 1  # something for --measure to do
+    assert f"{6 - now} in the records, {now} measured now, 0 not measured" in done.stdout
     doc = json.loads(out.read_text())
     slowdowns = [s["slowdown"] for s in doc["portfolio"]["groups"][0]["shapes"]]
     assert all(s is not None and math.isfinite(s) and s > 0 for s in slowdowns)

@@ -4,7 +4,8 @@ The universe is a table's tuned shapes; each candidate tiling (a tuned shape's b
 form that carries over, or the op's default) *covers* the shapes where it was measured within
 ``within`` of that shape's own tuned latency. :func:`greedy_cover` picks, up to ``k`` times,
 the candidate covering the most shapes not covered yet (ties: the one leaving the lower mean
-slowdown over all shapes, then the earlier candidate) and stops once every shape is covered. A
+slowdown over all shapes, then the earlier candidate) and stops once every shape is covered or
+no candidate covers another; the first pick is made even when none covers any shape. A
 candidate not measured at a shape (``None``) does not cover it and is never assigned to it by
 measurement (:func:`assign`).
 
@@ -78,8 +79,8 @@ def greedy_cover(latency: Matrix, optimum: Sequence[float], *, within: float, k:
             key = (-gain, mean, c)
             if best is None or key < best:
                 best = key
-        if best is None or best[0] == 0:
-            break  # no candidate covers another shape
+        if best is None or (best[0] == 0 and chosen):
+            break  # no candidate covers another shape (the first pick is made regardless)
         chosen.append(best[2])
         uncovered -= covers[best[2]]
     return chosen

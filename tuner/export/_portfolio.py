@@ -51,10 +51,15 @@ class Candidate:
 
     relative: Tiling | None
     origin: Shape | None  # the first tuned shape whose best tiling it is (None: the default)
+    tiling: Tiling | None = None  # that best tiling
 
     def at(self, spec: OpSpec, target: TargetProfile, dtype: str, shape: Shape) -> Tiling | None:
+        """The tiling at ``shape``: at its origin the tuned tiling itself (as the runtime and
+        ``OpSpec.carry`` keep it), elsewhere re-derived."""
         if self.relative is None:
             return spec.default_tiling(shape, dtype, target)
+        if shape == self.origin:
+            return self.tiling
         return spec.carry_rules(dtype, target).derive(self.relative, shape)
 
 
@@ -89,7 +94,7 @@ def _candidates(
         if tiling == spec.default_tiling(shape, dtype, target):
             continue
         relative = spec.carry_rules(dtype, target).relative(tiling, shape)
-        out.setdefault(relative, Candidate(relative, shape))
+        out.setdefault(relative, Candidate(relative, shape, tiling))
     out[None] = Candidate(None, None)  # always measured: every tune measures its default
     return list(out.values())
 
