@@ -256,8 +256,9 @@ def portfolio_document(
 def _member_entry(spec: OpSpec, tuned: dict[str, Any], g: GroupPortfolio, s: int) -> dict[str, Any]:
     """The tuned shape's entry with its member's tiling, as carried to the shape, in place of
     the tuned one. ``latency_us`` is the member's measured latency there and ``slowdown`` that
-    over the tuned latency; where the member was not measured at the shape
-    (``member_measured`` false) ``latency_us`` stays the tuned one and ``slowdown`` is null."""
+    over the tuned latency, ``speedup`` the tune's over that slowdown; where the member was not
+    measured at the shape (``member_measured`` false) ``latency_us`` stays the tuned one and
+    ``slowdown`` and ``speedup`` are null."""
     from tilewise.export._document import is_default_tiling
     from tilewise.kernels.targets import get_target
 
@@ -279,10 +280,13 @@ def _member_entry(spec: OpSpec, tuned: dict[str, Any], g: GroupPortfolio, s: int
     )
     entry = replace(entry, relative=relative_form(entry.workload, tiling))
     entry = replace(entry, is_default=is_default_tiling(entry))
-    if value is not None and entry.default_latency_us is not None:
-        entry = replace(entry, speedup=entry.default_latency_us / value)
+    slowdown = g.slowdown(s)
+    if slowdown is not None and tuned["speedup"] is not None:
+        # The tune's speedup over the default, less the measured slowdown (both ratios of one
+        # hour's measurements, where the member was measured now).
+        entry = replace(entry, speedup=tuned["speedup"] / slowdown)
     out = entry.to_dict()
     out["member"] = g.assigned[s]
     out["member_measured"] = value is not None
-    out["slowdown"] = g.slowdown(s)
+    out["slowdown"] = slowdown
     return out
