@@ -43,6 +43,7 @@ the comment it starts with for its contract.
 This module stays light (no SQLAlchemy, Optuna or FastAPI at import): the runtime imports it.
 """
 
+from tilewise.export._choice import Choice
 from tilewise.export._document import (
     FORMAT,
     FORMAT_VERSION,
@@ -62,6 +63,7 @@ from tilewise.export._document import (
 from tilewise.export._header import render_header
 
 __all__ = [
+    "Choice",
     "FORMAT",
     "FORMAT_VERSION",
     "READ_VERSIONS",
