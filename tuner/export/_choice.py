@@ -78,6 +78,86 @@ def octave(value: int, least: int) -> int:
     return int(value + 1 - least).bit_length() - 1
 
 
+def _samples(spec: OpSpec, octaves: Sequence[int]) -> list[Shape]:
+    """The shapes a cell is decided at: its middle, and for each dim that spans more than one
+    value its lowest and highest value with the other dims at the middle."""
+    middle = _middle(spec, octaves)
+    out = [middle]
+    for dim, o in zip(spec.dims, octaves, strict=True):
+        least = spec.dim_floors.get(dim, 1)
+        for span in (2**o, 2 ** (o + 1) - 1):
+            value = least - 1 + span
+            if value != middle[dim]:
+                out.append(Shape({**dict(middle), dim: value}))
+    return out
+
+
+def _decide(
+    spec: OpSpec,
+    target: TargetProfile,
+    dtype: str,
+    model: Model,
+    group: str,
+    octaves: Sequence[int],
+    logs: np.ndarray,
+    candidate: np.ndarray,
+    relatives: Sequence[Tiling],
+    rules: Any,
+    neighbours: int,
+) -> tuple[int, float | None]:
+    """One cell: (the chosen entry's index or -1, the predicted gain of the best candidate).
+
+    The candidates are the tilings of the ``neighbours`` nearest tuned shapes to the cell's
+    middle; each is carried to every sample shape of the cell (:func:`_samples`) and must be
+    valid at all of them; its predicted gain is the smallest over them (the default's predicted
+    latency over its). A gain that is not above the model's error is no reason to leave the
+    default: a carried tiling's waves over the cores jump between nearby shapes, and the default
+    is re-derived for each shape by its own heuristic."""
+    from tilewise.export._model import features
+
+    samples = _samples(spec, octaves)
+    here = np.array([spec.log_position(d, samples[0][d]) for d in spec.dims])
+    distance = np.abs(logs - here).sum(axis=1)
+    distance[~candidate] = np.inf
+    picks = [
+        int(i)
+        for i in np.argsort(distance, kind="stable")[:neighbours]
+        if np.isfinite(distance[i])
+    ]
+    if not picks:
+        return -1, None
+    worst = dict.fromkeys(picks, math.inf)
+    for shape in samples:
+        try:
+            spec.validate_shape(shape)
+            default = spec.default_tiling(shape, dtype, target)
+        except TilewiseError:
+            return -1, None
+        base = features(spec, default, shape, dtype, target)
+        if base is None:
+            return -1, None
+        p_default = float(model.predict(np.array([base]), group)[0])
+        for i in list(worst):
+            tiling = rules.derive(relatives[i], shape)
+            x = None
+            if tiling is not None:
+                try:
+                    if spec.valid(tiling, shape, dtype, target):
+                        x = features(spec, tiling, shape, dtype, target)
+                except TilewiseError:
+                    x = None
+            if x is None:
+                del worst[i]
+                continue
+            log_gain = p_default - float(model.predict(np.array([x]), group)[0])
+            worst[i] = min(worst[i], log_gain)
+        if not worst:
+            return -1, None
+    best = max(worst, key=lambda i: (worst[i], -picks.index(i)))
+    gain = round(math.exp(worst[best]), 4)
+    return (best if worst[best] > model.error else -1), gain
+
+
 def cell_index(choice: Choice, spec: OpSpec, shape: Shape) -> int:
     """The flat index of ``shape``'s cell (the Python twin of the header's)."""
     index = 0
@@ -135,44 +215,9 @@ def build_choice(
     cells: list[int] = []
     gains: list[float | None] = []
     for octaves in product(*(range(int(lo), int(h) + 1) for lo, h in zip(low, high, strict=True))):
-        middle = _middle(spec, octaves)
-        chosen, gain = -1, None
-        try:
-            spec.validate_shape(middle)
-            default = spec.default_tiling(middle, dtype, target)
-        except TilewiseError:
-            cells.append(chosen)
-            gains.append(gain)
-            continue
-        here = np.array([spec.log_position(d, middle[d]) for d in dims])
-        distance = np.abs(logs - here).sum(axis=1)
-        distance[~candidate] = np.inf
-        rows: list[list[float]] = []
-        picks: list[int] = []
-        base = features(spec, default, middle, dtype, target)
-        for i in np.argsort(distance, kind="stable")[:neighbours]:
-            if not np.isfinite(distance[i]):
-                break
-            tiling = rules.derive(relatives[i], middle)
-            if tiling is None or tiling == default:
-                continue
-            try:
-                if not spec.valid(tiling, middle, dtype, target):
-                    continue
-            except TilewiseError:
-                continue
-            x = features(spec, tiling, middle, dtype, target)
-            if x is not None:
-                rows.append(x)
-                picks.append(int(i))
-        if rows and base is not None:
-            predicted = model.predict(np.array(rows), group)
-            p_default = float(model.predict(np.array([base]), group)[0])
-            best = int(np.argmin(predicted))
-            log_gain = p_default - float(predicted[best])
-            gain = round(math.exp(log_gain), 4)
-            if log_gain > model.error:
-                chosen = picks[best]
+        chosen, gain = _decide(
+            spec, target, dtype, model, group, octaves, logs, candidate, relatives, rules, neighbours
+        )
         cells.append(chosen)
         gains.append(gain)
     return Choice(
