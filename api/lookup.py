@@ -17,10 +17,13 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from tilewise.errors import StoreError
 from tilewise.store import Store, session_scope, tiling_table_fingerprint
+
+if TYPE_CHECKING:
+    from tilewise.runtime import Rule
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +40,7 @@ class Answer(Protocol):
     @property
     def distance(self) -> float | None: ...
     @property
-    def rule(self) -> Literal["exact", "carried", "kept_default", "measured_slower", "default"]: ...
+    def rule(self) -> Rule: ...
     @property
     def predicted_gain(self) -> float | None: ...
 

@@ -404,16 +404,28 @@ class OpSpec(ABC):
     def valid(self, tiling: Tiling, shape: Shape, dtype: str, target: TargetProfile) -> bool:
         """``check(...).valid``, sooner: the rules first, and the footprint only when they
         pass. The runtime's nearest search tries the tilings of neighbouring shapes, and most
-        that fail break a rule (their core split) before any memory limit."""
+        that fail break a rule (their core split) before any memory limit. An op whose
+        footprint is the sum of its buffers (OpSpec's) has them summed here, without building
+        a :class:`Footprint`: the runtime checks a carried tiling on every first-time answer."""
         self._require_fields(tiling, shape, dtype, target)
         try:
             if self.rules(tiling, shape, dtype, target):
                 return False
-            footprint = self.footprint(tiling, shape, dtype, target)
+            if type(self).footprint is not OpSpec.footprint:
+                footprint = self.footprint(tiling, shape, dtype, target)
+                limits = target.limits(mix=self.mix)
+                return all(getattr(footprint, memory) <= limits[memory] for memory in MEMORIES)
+            buffers = self.buffers(tiling, shape, dtype, target)
         except ArithmeticError:
             return False
+        totals: dict[str, int] = {}
+        for _, memory, nbytes in buffers:
+            totals[memory] = totals.get(memory, 0) + nbytes
         limits = target.limits(mix=self.mix)
-        return all(getattr(footprint, memory) <= limits[memory] for memory in MEMORIES)
+        for memory, used in totals.items():
+            if used > limits[memory]:
+                return False
+        return True
 
     def check(self, tiling: Tiling, shape: Shape, dtype: str, target: TargetProfile) -> Check:
         """Footprint against the target's limits plus :meth:`rules`."""

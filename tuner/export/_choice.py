@@ -78,12 +78,16 @@ def octave(value: int, least: int) -> int:
     return int(value + 1 - least).bit_length() - 1
 
 
-def _samples(spec: OpSpec, octaves: Sequence[int]) -> list[Shape]:
-    """The shapes a cell is decided at: its middle, and for each dim that spans more than one
-    value its lowest and highest value with the other dims at the middle."""
+def _samples(spec: OpSpec, octaves: Sequence[int], spans: Sequence[bool]) -> list[Shape]:
+    """The shapes a cell is decided at: its middle, and for each dim the grid spans (the tuned
+    shapes lie in more than one of its octaves) the cell's lowest and highest value of it with
+    the other dims at the middle. A dim all tuned shapes share an octave of says nothing of how
+    the candidates vary along it: sampling it would only cost export time."""
     middle = _middle(spec, octaves)
     out = [middle]
-    for dim, o in zip(spec.dims, octaves, strict=True):
+    for dim, o, span_dim in zip(spec.dims, octaves, spans, strict=True):
+        if not span_dim:
+            continue
         least = spec.dim_floors.get(dim, 1)
         for span in (2**o, 2 ** (o + 1) - 1):
             value = least - 1 + span
@@ -99,6 +103,7 @@ def _decide(
     model: Model,
     group: str,
     octaves: Sequence[int],
+    spans: Sequence[bool],
     logs: np.ndarray,
     candidate: np.ndarray,
     relatives: Sequence[Tiling],
@@ -115,7 +120,7 @@ def _decide(
     is re-derived for each shape by its own heuristic."""
     from tilewise.export._model import features
 
-    samples = _samples(spec, octaves)
+    samples = _samples(spec, octaves, spans)
     here = np.array([spec.log_position(d, samples[0][d]) for d in spec.dims])
     distance = np.abs(logs - here).sum(axis=1)
     distance[~candidate] = np.inf
@@ -216,7 +221,18 @@ def build_choice(
     gains: list[float | None] = []
     for octaves in product(*(range(int(lo), int(h) + 1) for lo, h in zip(low, high, strict=True))):
         chosen, gain = _decide(
-            spec, target, dtype, model, group, octaves, logs, candidate, relatives, rules, neighbours
+            spec,
+            target,
+            dtype,
+            model,
+            group,
+            octaves,
+            [n > 1 for n in size],
+            logs,
+            candidate,
+            relatives,
+            rules,
+            neighbours,
         )
         cells.append(chosen)
         gains.append(gain)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from math import log2
 from operator import itemgetter
 from typing import Any
 
@@ -32,11 +33,13 @@ class Group:
         "dims",
         "dtype",
         "entries",
+        "entry_logs",
         "exact",
         "fast",
         "gains",
         "grid",
         "key",
+        "least",
         "logs",
         "misses",
         "ndims",
@@ -58,6 +61,7 @@ class Group:
         # Whether the op checks shapes by OpSpec's rules alone (dims within their bounds), which
         # the table's first-time path checks inline.
         self.fast = type(spec).validate_shape is OpSpec.validate_shape
+        self.least = tuple((d, spec.dim_floors.get(d, 1)) for d in self.dims)
         # The dict key of a shape: its value for one dim, else the tuple in dims order.
         self.key = itemgetter(*self.dims)
         self.entries = sorted(entries, key=lambda e: tuple(e.shape[d] for d in self.dims))
@@ -78,6 +82,9 @@ class Group:
             np.array([spec.log_position(d, e.shape[d]) for e in self.entries], dtype=np.float64)
             for d in self.dims
         ]
+        # The same by entry (the grid's answer reports its distance to the chosen entry), and
+        # per dim what the first-time path needs: (name, least value).
+        self.entry_logs = [tuple(float(c[i]) for c in self.logs) for i in range(len(self.entries))]
         self.cache: dict[Any, Answer] = {}
         # Asked shapes without an exact entry, by dict key: [count, source of the answer].
         self.misses: dict[Any, list[Any]] = {}
@@ -122,8 +129,11 @@ def chosen(group: Group, asked: Shape, max_candidates: int) -> Answer | None:
     tiling is not valid at ``asked``."""
     index = 0
     assert group.grid is not None
+    positions = []
     for dim, least, low, size in group.grid:
-        o = (asked[dim] + 1 - least).bit_length() - 1 - low
+        value = asked[dim] + 1 - least
+        positions.append(value)
+        o = value.bit_length() - 1 - low
         index = index * size + (0 if o < 0 else size - 1 if o >= size else o)
     pick, gain = group.cells[index], group.gains[index]
     spec, dtype, profile = group.spec, group.dtype, group.profile
@@ -140,8 +150,8 @@ def chosen(group: Group, asked: Shape, max_candidates: int) -> Answer | None:
     entry = group.entries[pick]
     tuned = group.exact[group.key(entry.shape)]
     away = 0.0
-    for dim, column in zip(group.dims, group.logs, strict=True):
-        away += abs(float(column[pick]) - spec.log_position(dim, asked[dim]))
+    for tuned_log, value in zip(group.entry_logs[pick], positions, strict=True):
+        away += abs(tuned_log - log2(value))  # OpSpec.log_position: log2(value + 1 - least)
     return Answer(tiling, "nearest", tuned.workload, entry.latency_us, away, "chosen", gain)
 
 

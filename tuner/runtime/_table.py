@@ -298,15 +298,12 @@ class TilingTable:
         if group is not None and group.fast and type(shape) is dict and len(shape) == group.ndims:
             # A plain dict of plain ints within the dims' bounds, as launchers pass: checked
             # here in a few comparisons, the Shape built without validate_shape's walk.
-            least = group.spec.dim_floors
-            try:
-                if all(
-                    type(v) is int and least.get(d, 1) <= v <= MAX_DIM
-                    for d, v in ((d, shape[d]) for d in group.dims)
-                ):
-                    asked = Shape(shape)
-            except KeyError:
-                asked = None
+            for dim, least in group.least:
+                v = shape.get(dim)
+                if type(v) is not int or not least <= v <= MAX_DIM:
+                    break
+            else:
+                asked = Shape(shape)
         if asked is None or group is None:
             spec = get_op(op)
             if not isinstance(dtype, str):
