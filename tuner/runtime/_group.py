@@ -5,7 +5,7 @@ nobody tuned, by the table's choice grid (:func:`chosen`) or by the nearest rule
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from math import log2
 from operator import itemgetter
 from typing import Any
@@ -34,6 +34,7 @@ class Group:
         "dtype",
         "entries",
         "entry_logs",
+        "entry_meta",
         "exact",
         "fast",
         "gains",
@@ -85,6 +86,7 @@ class Group:
         # The same by entry (the grid's answer reports its distance to the chosen entry), and
         # per dim what the first-time path needs: (name, least value).
         self.entry_logs = [tuple(float(c[i]) for c in self.logs) for i in range(len(self.entries))]
+        self.entry_meta = [(self.exact[self.key(e.shape)].workload, e.latency_us) for e in self.entries]
         self.cache: dict[Any, Answer] = {}
         # Asked shapes without an exact entry, by dict key: [count, source of the answer].
         self.misses: dict[Any, list[Any]] = {}
@@ -124,14 +126,17 @@ class Group:
         self.gains = list(choice.gains)
 
 
-def chosen(group: Group, asked: Shape, max_candidates: int) -> Answer | None:
-    """The grid's answer for ``asked`` (the grid exists); the nearest rule's when the chosen
-    tiling is not valid at ``asked``."""
+def chosen(
+    group: Group, asked: Shape, values: Mapping[str, int], max_candidates: int
+) -> Answer | None:
+    """The grid's answer for ``asked`` (the grid exists; ``values`` holds the same dims, read
+    faster: a plain dict where the caller has one); the nearest rule's when the chosen tiling
+    is not valid at ``asked``."""
     index = 0
     assert group.grid is not None
     positions = []
     for dim, least, low, size in group.grid:
-        value = asked[dim] + 1 - least
+        value = values[dim] + 1 - least
         positions.append(value)
         o = value.bit_length() - 1 - low
         index = index * size + (0 if o < 0 else size - 1 if o >= size else o)
@@ -147,12 +152,11 @@ def chosen(group: Group, asked: Shape, max_candidates: int) -> Answer | None:
         valid = False
     if not valid or tiling is None:
         return nearest(group, asked, max_candidates)
-    entry = group.entries[pick]
-    tuned = group.exact[group.key(entry.shape)]
+    workload, latency_us = group.entry_meta[pick]
     away = 0.0
     for tuned_log, value in zip(group.entry_logs[pick], positions, strict=True):
         away += abs(tuned_log - log2(value))  # OpSpec.log_position: log2(value + 1 - least)
-    return Answer(tiling, "nearest", tuned.workload, entry.latency_us, away, "chosen", gain)
+    return Answer(tiling, "nearest", workload, latency_us, away, "chosen", gain)
 
 
 def nearest(group: Group, asked: Shape, max_candidates: int) -> Answer | None:

@@ -294,7 +294,8 @@ class TilingTable:
 
     def _resolve(self, op: str, target: str, dtype: str, shape: Mapping[str, int]) -> Answer:
         group = self._groups.get((op, target, dtype))
-        asked = None
+        asked: Shape | None = None
+        values: Mapping[str, int] | None = None
         if group is not None and group.fast and type(shape) is dict and len(shape) == group.ndims:
             # A plain dict of plain ints within the dims' bounds, as launchers pass: checked
             # here in a few comparisons, the Shape built without validate_shape's walk.
@@ -303,7 +304,7 @@ class TilingTable:
                 if type(v) is not int or not least <= v <= MAX_DIM:
                     break
             else:
-                asked = Shape(shape)
+                asked, values = Shape(shape), shape
         if asked is None or group is None:
             spec = get_op(op)
             if not isinstance(dtype, str):
@@ -320,14 +321,15 @@ class TilingTable:
                 # Later calls with this spelling of the names take the fast path.
                 group = self._groups.setdefault((op, profile.name, dtype), group)
                 self._groups.setdefault((op, target, dtype), group)
-        key = group.key(asked)
+        values = asked if values is None else values
+        key = group.key(values)
         answer = group.exact.get(key)
         if answer is not None:
             return answer
         answer = group.cache.get(key)
         if answer is None and group.entries:
             if group.grid is not None:
-                answer = chosen(group, asked, self.max_candidates)
+                answer = chosen(group, asked, values, self.max_candidates)
             else:
                 answer = nearest(group, asked, self.max_candidates)
         answer = answer or Answer(
