@@ -75,7 +75,9 @@ def random_shapes(
     return shapes
 
 
-def build_table(count: int, rng: np.random.Generator) -> tuple[TilingTable, list[dict[str, int]]]:
+def build_table(
+    count: int, rng: np.random.Generator
+) -> tuple[TilingTable, list[dict[str, int]], list[TableEntry]]:
     spec, target = get_op(OP), get_target(TARGET)
     shapes = random_shapes(rng, count, set())
     entries = []
@@ -181,9 +183,7 @@ def main() -> None:
     started = time.perf_counter()
     plain, tuned, entries = build_table(args.entries, rng)
     table = TilingTable(entries, cache_size=1 << 20, choices=[bench_grid(entries, default=False)])
-    defaults = TilingTable(
-        entries, cache_size=1 << 20, choices=[bench_grid(entries, default=True)]
-    )
+    defaults = TilingTable(entries, cache_size=1 << 20, choices=[bench_grid(entries, default=True)])
     build_s = time.perf_counter() - started
     tuned_keys: set[tuple[int, ...]] = {(s["M"], s["N"], s["K"]) for s in tuned}
     cold = random_shapes(rng, args.calls // 4, tuned_keys)
@@ -239,7 +239,7 @@ def main() -> None:
 
     for figures in (exact, nearest_warm, default_cold, search_only, carry, check):
         figures.pop("_us", None)
-    result = {
+    result: dict[str, Any] = {
         "benchmark": "tilewise.runtime TilingTable.lookup, in-process",
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "machine": {

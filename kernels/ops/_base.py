@@ -422,10 +422,7 @@ class OpSpec(ABC):
         for _, memory, nbytes in buffers:
             totals[memory] = totals.get(memory, 0) + nbytes
         limits = target.limits(mix=self.mix)
-        for memory, used in totals.items():
-            if used > limits[memory]:
-                return False
-        return True
+        return all(used <= limits[memory] for memory, used in totals.items())
 
     def check(self, tiling: Tiling, shape: Shape, dtype: str, target: TargetProfile) -> Check:
         """Footprint against the target's limits plus :meth:`rules`."""

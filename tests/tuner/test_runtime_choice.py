@@ -258,7 +258,9 @@ def test_header_answers_from_the_same_grid(store: st.Store, stored: str, tmp_pat
     sweep += [
         (int(m), int(n), int(k))
         for m, n, k in zip(
-            2 ** rng.uniform(0, 14, 150), 2 ** rng.uniform(5, 13, 150), 2 ** rng.uniform(6, 11, 150),
+            2 ** rng.uniform(0, 14, 150),
+            2 ** rng.uniform(5, 13, 150),
+            2 ** rng.uniform(6, 11, 150),
             strict=True,
         )
     ]

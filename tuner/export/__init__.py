@@ -69,10 +69,10 @@ from tilewise.export._document import (
 from tilewise.export._header import render_header
 
 __all__ = [
-    "Choice",
     "FORMAT",
     "FORMAT_VERSION",
     "READ_VERSIONS",
+    "Choice",
     "Loaded",
     "TableEntry",
     "TableFormatError",

@@ -125,9 +125,7 @@ def _decide(
     distance = np.abs(logs - here).sum(axis=1)
     distance[~candidate] = np.inf
     picks = [
-        int(i)
-        for i in np.argsort(distance, kind="stable")[:neighbours]
-        if np.isfinite(distance[i])
+        int(i) for i in np.argsort(distance, kind="stable")[:neighbours] if np.isfinite(distance[i])
     ]
     if not picks:
         return -1, None
@@ -194,14 +192,15 @@ def build_choice(
     """The grid of one (target, dtype) group of ``spec``'s current-version ``entries`` (see
     the module docstring); None when it would exceed ``max_cells`` cells or has no entry."""
     from tilewise.export._document import checked_relative, is_default_tiling
-    from tilewise.export._model import features
 
     if not entries:
         return None
     dims = spec.dims
     floors = [spec.dim_floors.get(d, 1) for d in dims]
     tuned = sorted(entries, key=lambda e: tuple(e.shape[d] for d in dims))
-    octs = np.array([[octave(e.shape[d], f) for d, f in zip(dims, floors, strict=True)] for e in tuned])
+    octs = np.array(
+        [[octave(e.shape[d], f) for d, f in zip(dims, floors, strict=True)] for e in tuned]
+    )
     low, high = octs.min(axis=0), octs.max(axis=0)
     size = tuple(int(h - lo + 1) for lo, h in zip(low, high, strict=True))
     if math.prod(size) > max_cells:
@@ -288,8 +287,8 @@ def choices_of(
         for e in entries:
             if e.op == op and e.op_version == spec.version:
                 groups.setdefault((e.target, e.dtype), []).append(e)
-        for (target, dtype), group in sorted(groups.items()):
-            found = build_choice(spec, get_target(target), dtype, group, model)
+        for (target, dtype), members in sorted(groups.items()):
+            found = build_choice(spec, get_target(target), dtype, members, model)
             if found is not None:
                 out.append(found)
     return out
@@ -349,7 +348,10 @@ def _choice(item: object, where: str) -> Choice:
     shapes = []
     for j, s in enumerate(shapes_raw):
         if not isinstance(s, dict) or not all(
-            isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_DIM
+            isinstance(k, str)
+            and isinstance(v, int)
+            and not isinstance(v, bool)
+            and 0 <= v <= MAX_DIM
             for k, v in s.items()
         ):
             raise InputError(f"{where}.shapes[{j}]: expected dims mapped to integers")

@@ -87,7 +87,8 @@ class Model:
     shapes: int
 
     def predict(self, x: np.ndarray, group: str) -> np.ndarray:
-        return x @ np.asarray(self.coef) * math.log(2) + self.intercepts.get(group, 0.0)
+        log_us: np.ndarray = x @ np.asarray(self.coef) * math.log(2)
+        return log_us + self.intercepts.get(group, 0.0)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -139,9 +140,7 @@ def _held_out_error(kind: str, samples: Sequence[Sample]) -> float | None:
     by_shape: dict[tuple[str, Shape], list[Sample]] = {}
     for s in samples:
         by_shape.setdefault((s.group, s.shape), []).append(s)
-    usable = [
-        k for k, v in by_shape.items() if any(s.is_default for s in v) and len(v) > 1
-    ]
+    usable = [k for k, v in by_shape.items() if any(s.is_default for s in v) and len(v) > 1]
     if len(usable) < MIN_SHAPES:
         return None
     order = sorted(by_shape, key=lambda k: (k[0], tuple(k[1].values())))

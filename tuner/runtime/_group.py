@@ -86,7 +86,9 @@ class Group:
         # The same by entry (the grid's answer reports its distance to the chosen entry), and
         # per dim what the first-time path needs: (name, least value).
         self.entry_logs = [tuple(float(c[i]) for c in self.logs) for i in range(len(self.entries))]
-        self.entry_meta = [(self.exact[self.key(e.shape)].workload, e.latency_us) for e in self.entries]
+        self.entry_meta = [
+            (self.exact[self.key(e.shape)].workload, e.latency_us) for e in self.entries
+        ]
         self.cache: dict[Any, Answer] = {}
         # Asked shapes without an exact entry, by dict key: [count, source of the answer].
         self.misses: dict[Any, list[Any]] = {}
@@ -143,8 +145,8 @@ def chosen(
     pick, gain = group.cells[index], group.gains[index]
     spec, dtype, profile = group.spec, group.dtype, group.profile
     if pick < 0:
-        tiling = spec.default_tiling(asked, dtype, profile)
-        return Answer(tiling, "default", None, None, None, "predicted_default", gain)
+        default = spec.default_tiling(asked, dtype, profile)
+        return Answer(default, "default", None, None, None, "predicted_default", gain)
     tiling = group.carry.derive(group.relatives[pick], asked)
     try:
         valid = tiling is not None and spec.valid(tiling, asked, dtype, profile)

@@ -1,7 +1,6 @@
 """The tiling table: loading, lookups and the count of shapes met (see
 :mod:`tilewise.runtime`)."""
 
-
 from __future__ import annotations
 
 import logging
@@ -308,9 +307,7 @@ class TilingTable:
         if asked is None or group is None:
             spec = get_op(op)
             if not isinstance(dtype, str):
-                raise InputError(
-                    f"{op}: a dtype is named by a string, got {type(dtype).__name__}"
-                )
+                raise InputError(f"{op}: a dtype is named by a string, got {type(dtype).__name__}")
             spec.validate_dtype(dtype)
             profile = get_target(target)
             asked = spec.validate_shape(shape)
