@@ -155,6 +155,15 @@ def test_a_model_fits_the_records_and_measures_its_error_on_held_out_shapes() ->
     # The truth is log-linear in the features with 2% noise: the held-out error of a log ratio
     # of two noisy latencies is about sqrt(2) * 2%.
     assert 0.01 < model.error < 0.06, model
+    # Too few records for a coefficient per feature: the cost model, scaled, with its own error.
+    sparse = [s for s in samples if s.is_default or s.x == samples[1].x] + [
+        next(o for o in samples if o.shape == s.shape and not o.is_default)
+        for s in samples
+        if s.is_default
+    ]
+    cost = fit_model(sparse)
+    assert cost is not None and cost.kind == "cost" and cost.records == len(sparse) < 48
+    assert cost.coef == (0.0, 0.0, 0.0, 0.0, 0.0, 1.0) and cost.error > 0
     # Too few shapes to hold any out: no model.
     few = [s for s in samples if s.shape in {Shape(TUNED[0]), Shape(TUNED[1])}]
     assert fit_model(few) is None
