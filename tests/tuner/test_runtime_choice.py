@@ -302,3 +302,50 @@ def test_header_answers_from_the_same_grid(store: st.Store, stored: str, tmp_pat
         assert rules.get("chosen", 0) > 0, rules
     else:
         assert rules.get("chosen", 0) == 0 and rules.get("predicted_default", 0) > 0, rules
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not COMPILERS, reason="no C compiler")
+@pytest.mark.parametrize("op", ["conv_bias_leakyrelu", "swiglu_mlp"])
+def test_header_and_python_agree_on_other_ops_grids(op: str, tmp_path: Path) -> None:
+    """A grid over the export tests' tuned shapes of ops with other dims (a convolution's
+    padding may be 0), decided by the "fast copies" latencies as the model (error 0: every
+    predicted gain counts), under which many cells choose a carried tiling."""
+    from tests.tuner.test_export import _document, _near, _tuned_entry, _tuned_shapes
+    from tilewise.export import load_entries
+    from tilewise.export._choice import build_choice
+    from tilewise.export._model import Model
+
+    spec = get_op(op)
+    rng = random.Random(11)
+    raw = [_tuned_entry(op, s, "cpu-twin", "float32", rng) for s in _tuned_shapes(op)]
+    model = Model("loglinear", TRUTHS["fast copies"], {"cpu-twin/float32": 0.0}, 0.0, 0, 0)
+    grid = build_choice(spec, TWIN, "float32", load_entries(_document(raw)).entries, model)
+    assert grid is not None
+    doc = {**_document(raw), "choices": [grid.to_dict()]}
+    header = tmp_path / f"{op}.h"
+    header.write_text(render_header(doc, op=op))
+    table = TilingTable.from_document(doc)
+    queries = [
+        ("cpu-twin", "float32", tuple(_near(d, s[d], rng) for d in spec.dims))
+        for s in _tuned_shapes(op)
+        for _ in range(4)
+    ]
+    rules: dict[str, int] = {}
+    compiler, std = COMPILERS[0]
+    exe = _build(header, op, tmp_path, compiler, std)
+    for (_, _, asked), c in zip(queries, _ask_c(exe, queries), strict=True):
+        shape = Shape(dict(zip(spec.dims, asked, strict=True)))
+        py = table.lookup(op, target="cpu-twin", dtype="float32", shape=dict(shape))
+        fields = _fields(spec, "cpu-twin", "float32", asked)
+        rules[py.rule] = rules.get(py.rule, 0) + 1
+        if py.rule == "exact":
+            assert c == [2, *[py.tiling[f] for f in fields]]
+        elif py.rule == "chosen":
+            assert c == [1, *[py.tiling[f] for f in fields]], asked
+        elif py.rule == "predicted_default":
+            assert c == [0], asked
+        else:
+            assert grid.cells[cell_index(grid, spec, shape)] >= 0 and c[0] == 1, (asked, py)
+    assert rules.get("chosen", 0) + rules.get("predicted_default", 0) >= 0.8 * len(queries)
+    assert rules.get("chosen", 0) > 0, rules
