@@ -10,6 +10,7 @@ from markupsafe import Markup
 from sqlalchemy.orm import Session
 
 from tilewise import store
+from tilewise.api.axes import Scale
 from tilewise.api.charts import Curve, chart, sparkline
 from tilewise.api.errors import NotFound
 from tilewise.kernels.ops import OPS, get_op
@@ -89,7 +90,7 @@ def index(session: Session) -> dict[str, Any]:
     }
 
 
-def workload(session: Session, key: str) -> dict[str, Any]:
+def workload(session: Session, key: str, scale: Scale = "linear") -> dict[str, Any]:
     # Anything else names no workload, and must not reach the database: PostgreSQL refuses a NUL
     # in a text parameter (a 503 for a bad URL, found by the API fuzz test).
     row = store.find_workload(session, key=key) if _KEY.fullmatch(key) else None
@@ -102,7 +103,14 @@ def workload(session: Session, key: str) -> dict[str, Any]:
         "w": row,
         "tiling": tiling,
         "curve": curve,
-        "chart": chart(curve, default_us=tiling.default_latency_us if tiling else None),
+        "chart": chart(
+            curve,
+            default_us=tiling.default_latency_us if tiling else None,
+            winner_us=tiling.latency_us if tiling else None,
+            winner_record=tiling.record_id if tiling else None,
+            scale=scale,
+        ),
+        "scale": scale,
         "records": records[-MAX_RECORDS_SHOWN:][::-1],
         "records_total": len(records),
         "jobs": _jobs(session, store.list_jobs(session, workload_id=row.id, limit=JOBS_SHOWN)),

@@ -43,9 +43,11 @@ def test_workload_page_has_the_curve_and_records(client: TestClient, db: Store) 
     html = r.text
     best_line = re.search(r'<polyline class="best"[^>]*points="([^"]+)"', html)
     assert best_line is not None
-    # One point per ok search record; the re-measure (1.0 µs) is not an evaluation.
+    # One point per ok search record; the re-measure (1.0 µs) is not an evaluation: its own mark.
     assert len(best_line.group(1).split()) == len(seeded.latencies)
-    assert html.count('r="2.5"') == len(seeded.latencies)
+    assert html.count('class="pt default"') == 1  # the first, the default tiling
+    assert html.count('class="pt search"') == len(seeded.latencies) - 1
+    assert html.count('class="pt winner"') == 1  # the stored record, a re-measure
     assert 'class="default"' in html  # the default tiling's latency line
     assert 'id="records"' in html and "build_failed" in html and "remeasure" in html
     for link in re.findall(r'href="(/v1/workloads/[^"]+/records[^"]*)"', html):

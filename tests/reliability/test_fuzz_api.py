@@ -179,6 +179,35 @@ def test_dashboard_workload_keys(live: Live, tally: Tally, key: str) -> None:
     assert r.status_code < 500, (key, r.text[:300])
 
 
+def test_dashboard_op_pages(live: Live) -> None:
+    """Every op's page draws its tuned shapes (a conv with pad=0 among them)."""
+    with httpx.Client(base_url=live.url, timeout=30) as client:
+        for spec in list_ops():
+            r = client.get(f"/ops/{spec.name}")
+            assert r.status_code == 200, (spec.name, r.text[:300])
+            assert r.text.count('<tr class="shape"') >= len(spec.example_shapes()), spec.name
+
+
+# The dashboard's filters, sort orders and chart scale: any text is a page or a 422 naming it.
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(
+    name=st.sampled_from(["op", "target", "dtype", "sort", "order", "scale"]),
+    value=st.text(min_size=1, max_size=40),
+    op=st.text(min_size=1, max_size=40),
+)
+def test_dashboard_filters(live: Live, tally: Tally, name: str, value: str, op: str) -> None:
+    page = "/workloads/" + "0" * 32 if name == "scale" else "/"
+    with httpx.Client(base_url=live.url, timeout=30) as client:
+        r = client.get(page, params={name: value})
+        o = client.get(f"/ops/{quote(op, safe='')}")
+    tally.add(f"GET {page}?{name}=", r.status_code)
+    tally.add("GET /ops/{op}", o.status_code)
+    assert r.status_code in (200, 404, 422), (name, value, r.text[:300])
+    if r.status_code == 422:
+        assert r.json()["detail"][0]["loc"] == ["query", name], r.text
+    assert o.status_code in (200, 404), (op, o.text[:300])
+
+
 # Values the generators rarely reach, each a bug once (a 500 or 503, or a 400 naming nothing):
 # integers past 64 bits, NUL bytes (PostgreSQL refuses them in text), non-finite numbers (Python
 # reads Infinity and NaN in JSON), numbers of thousands of digits, deep nesting, bodies that are

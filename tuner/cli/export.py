@@ -3,11 +3,24 @@
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from contextlib import ExitStack
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from tilewise.cli._common import app, err, fail, output_path, settings_for, write_atomically
+from tilewise.cli._common import (
+    app,
+    err,
+    fail,
+    out,
+    output_path,
+    settings_for,
+    write_atomically,
+)
+
+if TYPE_CHECKING:
+    from tilewise.export import GroupPortfolio, MeasureFn
+    from tilewise.settings import Settings
 
 FORMATS = ("json", "header")
 
@@ -30,8 +43,34 @@ def export(
     db: Annotated[
         str | None, typer.Option("--db", help="SQLAlchemy URL; default from settings.")
     ] = None,
+    portfolio: Annotated[
+        int | None,
+        typer.Option(
+            "--portfolio",
+            help="At most K tilings per target and dtype, each tuned shape mapped to one "
+            "(greedy set cover on the measured records).",
+        ),
+    ] = None,
+    within: Annotated[
+        float,
+        typer.Option("--within", help="With --portfolio: percent of a shape's tuned latency."),
+    ] = 5.0,
+    measure: Annotated[
+        bool,
+        typer.Option(
+            "--measure",
+            help="With --portfolio: measure on the target the tilings the records lack "
+            "(else they count as not covering).",
+        ),
+    ] = False,
+    report: Annotated[
+        bool,
+        typer.Option("--report", help="With --portfolio: print coverage for K = 1..8."),
+    ] = False,
 ) -> None:
-    """Export OP's tiling table as versioned JSON or a C header for a host TilingFunc."""
+    """Export OP's tiling table as versioned JSON or a C header for a host TilingFunc.
+
+    With --portfolio K, each tuned shape holds one of at most K tilings instead of its own."""
     from tilewise import export as exporting
     from tilewise.errors import InputError, TilewiseError
 
@@ -39,14 +78,28 @@ def export(
     try:
         if fmt not in FORMATS:
             raise InputError(f"unknown format {fmt!r}; one of: {', '.join(FORMATS)}")
+        if portfolio is None and (measure or report or within != 5.0):
+            raise InputError("--within, --measure and --report go with --portfolio K")
         exporting.canonical_filters(op, target, dtype)  # bad names fail before the DB
         path = output_path(output)
         from tilewise import store
 
         db_handle = store.open_store(settings.db_url, create=False)
+        built: list[Any] = []
         try:
-            with db_handle.session() as session:
-                doc = exporting.table_document(session, op=op, target=target, dtype=dtype)
+            with db_handle.session() as session, ExitStack() as backends:
+                if portfolio is None:
+                    doc = exporting.table_document(session, op=op, target=target, dtype=dtype)
+                else:
+                    doc, built = exporting.portfolio_document(
+                        session,
+                        op=op,
+                        target=target,
+                        dtype=dtype,
+                        k=portfolio,
+                        within=within / 100,
+                        measure=_measurer(settings, backends) if measure else None,
+                    )
         finally:
             db_handle.close()
         if fmt == "json":
@@ -61,6 +114,10 @@ def export(
         fail(str(exc))
     except OSError as exc:
         fail(f"cannot write {output}: {exc.strerror or exc}")
+    if report:
+        (err if path is None else out).print(
+            coverage_report(built), markup=False, highlight=False, soft_wrap=True
+        )
     if path is not None:
         count = len(doc["entries"])
         if fmt == "header":  # the header holds the op's current version only
@@ -73,3 +130,62 @@ def export(
             markup=False,
             highlight=False,
         )
+
+
+def _measurer(settings: Settings, backends: ExitStack) -> MeasureFn:
+    """Measures a tiling at a shape on its target's backend (opened once per target, closed
+    with ``backends``), as the tuner measures: static check, build, checked run."""
+    from tilewise.kernels.backends import create_backend
+    from tilewise.search import Measurer
+
+    opened: dict[str, Any] = {}
+
+    def measure(spec: Any, target: Any, dtype: str, shape: Any, tiling: Any) -> float | None:
+        if target.name not in opened:
+            opened[target.name] = backends.enter_context(
+                create_backend(target.backend, settings=settings, target=target)
+            )
+        measurer = Measurer(
+            spec=spec,
+            shape=shape,
+            dtype=dtype,
+            target=target,
+            backend=opened[target.name],
+            settings=settings,
+        )
+        latency: float | None = measurer.attempt(tiling).latency_us
+        return latency
+
+    return measure
+
+
+def coverage_report(built: list[GroupPortfolio]) -> str:
+    """Per target and dtype, the greedy portfolio's coverage for K = 1..8 as a Markdown table."""
+    lines = []
+    for g in built:
+        pairs = g.pairs
+        lines.append(
+            f"{g.op} {g.target} {g.dtype}: {len(g.shapes)} tuned shapes, "
+            f"{len(g.candidates)} candidate tilings (the default included); (shape, tiling) "
+            f"pairs: {pairs['records']} in the records, {pairs['measured_now']} measured now, "
+            f"{pairs['not_measured']} not measured (not covering), {pairs['not_carried']} "
+            "not carried over"
+        )
+        share = g.report[0].within if g.report else 0.05
+        extra = share not in (0.02, 0.05)  # a column of its own only for another X
+        lines.append(
+            "| K | tilings |"
+            + (f" within {share * 100:g}% |" if extra else "")
+            + " within 2% | within 5% | worst slowdown | mean slowdown | shapes unmeasured |"
+        )
+        lines.append("|---:|---:|" + ("---:|" if extra else "") + "---:|---:|---:|---:|---:|")
+        for c in g.report:
+            worst = "-" if c.worst is None else f"{c.worst:.3f}x"
+            mean = "-" if c.mean is None else f"{c.mean:.3f}x"
+            lines.append(
+                f"| {c.k} | {c.members} |"
+                + (f" {c.covered:.0%} |" if extra else "")
+                + f" {c.within_2:.0%} | {c.within_5:.0%} | {worst} | {mean} | {c.unmeasured} |"
+            )
+        lines.append("")
+    return "\n".join(lines) if lines else "no tuned shapes of the running op version"

@@ -43,6 +43,12 @@ is left out and named in :attr:`Loaded.rejected`; the rest still load.
 Unknown keys are ignored: additions that old readers may skip keep the version; anything else
 bumps it.
 
+A portfolio table (:func:`portfolio_document`, ``tilewise export --portfolio K``) is such a
+document whose tuned shapes each hold one of at most K tilings per target and dtype, picked by
+a greedy set cover on the measured records, with a ``portfolio`` section naming the members and
+the rule that chooses one per shape (:func:`load_portfolio`,
+:mod:`tilewise.export._portfolio_doc`); the header then carries them too.
+
 The C header (:func:`render_header`) holds one op's entries of the op's current version; see
 the comment it starts with for its contract.
 
@@ -50,6 +56,7 @@ This module stays light (no SQLAlchemy, Optuna or FastAPI at import): the runtim
 """
 
 from tilewise.export._choice import Choice
+from tilewise.export._cover import Coverage, greedy_cover
 from tilewise.export._document import (
     FORMAT,
     FORMAT_VERSION,
@@ -67,21 +74,30 @@ from tilewise.export._document import (
     table_document,
 )
 from tilewise.export._header import render_header
+from tilewise.export._portfolio import GroupPortfolio, MeasureFn, portfolio_document
+from tilewise.export._portfolio_doc import PortfolioGroup, load_portfolio
 
 __all__ = [
     "FORMAT",
     "FORMAT_VERSION",
     "READ_VERSIONS",
     "Choice",
+    "Coverage",
+    "GroupPortfolio",
     "Loaded",
+    "MeasureFn",
+    "PortfolioGroup",
     "TableEntry",
     "TableFormatError",
     "canonical_filters",
     "checked_relative",
     "dump_document",
+    "greedy_cover",
     "is_default_tiling",
     "load_entries",
+    "load_portfolio",
     "parse_table",
+    "portfolio_document",
     "relative_form",
     "render_header",
     "table_document",

@@ -142,6 +142,7 @@ def render_header(doc: Mapping[str, Any], *, op: str) -> str:
             raise InputError(f"{op}: the carry rules' fields are not the tiling's")
         return rules.c_lines(spec.c_extents)
 
+    portfolios = _portfolios(doc, spec, fields, set(groups), dims)
     return _template().render(
         op=op,
         version=__version__,
@@ -160,6 +161,7 @@ def render_header(doc: Mapping[str, Any], *, op: str) -> str:
         least_init=braces(spec.dim_floors.get(d, 1) for d in dims),
         asked_init=braces(dims),
         carry_helpers=CARRY_C_HELPERS,
+        portfolio=_portfolio_note(doc) if portfolios else None,
         groups=[
             {
                 "target": target,
@@ -168,6 +170,7 @@ def render_header(doc: Mapping[str, Any], *, op: str) -> str:
                 "rows": [row(e) for e in rows],
                 "carry": carry_lines(target, dtype),
                 "grid": grid(target, dtype, rows),
+                "portfolio": portfolios.get((target, dtype)),
             }
             for (target, dtype), rows in sorted(
                 (k, sorted(g, key=lambda e: shape_order_key(e.shape, dims)))
@@ -175,6 +178,70 @@ def render_header(doc: Mapping[str, Any], *, op: str) -> str:
             )
         ],
     )
+
+
+def _portfolios(
+    doc: Mapping[str, Any],
+    spec: Any,
+    fields: list[str],
+    groups: set[tuple[str, str]],
+    dims: Sequence[str],
+) -> dict[tuple[str, str], dict[str, Any]]:
+    """The template data of the document's portfolio groups of the op's current version (see
+    :mod:`tilewise.export._portfolio_doc`), by (target, dtype).
+
+    Raises:
+        TableFormatError: a malformed portfolio section, or one of a group without entries.
+        InputError: members whose fields are not the tiling's, shapes the op does not take.
+    """
+    from tilewise.export._portfolio_doc import load_portfolio
+
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    for g in load_portfolio(doc):
+        if g.op != spec.name or g.op_version != spec.version:
+            continue
+        if (g.target, g.dtype) not in groups:
+            raise TableFormatError(
+                f"portfolio: {g.target} {g.dtype} has no entries of {spec.name} {spec.version}"
+            )
+        members, defaults = [], []
+        for m in g.members:
+            if m is not None and set(m) != set(fields):
+                raise InputError(
+                    f"{spec.name} portfolio: member fields {', '.join(sorted(m))} are not the "
+                    f"op's tunables {', '.join(fields)}"
+                )
+            members.append("{" + ", ".join(str(0 if m is None else m[f]) for f in fields) + "}")
+            defaults.append(int(m is None))
+        rows = []
+        for shape, member in sorted(
+            zip(g.shapes, g.member_of, strict=True), key=lambda x: shape_order_key(x[0], dims)
+        ):
+            spec.validate_shape(shape)
+            logs = ", ".join(repr(spec.log_position(d, shape[d])) for d in dims)
+            rows.append(
+                "{{" + ", ".join(str(shape[d]) for d in dims) + "}, {" + logs + f"}}, {member}}}"
+            )
+        out[(g.target, g.dtype)] = {
+            "members": members,
+            "defaults": "{" + ", ".join(map(str, defaults)) + "}",
+            "rows": rows,
+        }
+    return out
+
+
+def _portfolio_note(doc: Mapping[str, Any]) -> dict[str, str]:
+    """The k and within the header's portfolio comment names (numbers only)."""
+    raw = doc.get("portfolio") or {}
+    k, within = raw.get("k"), raw.get("within")
+    return {
+        "k": str(k) if isinstance(k, int) and not isinstance(k, bool) else "?",
+        "within_pct": (
+            f"{within * 100:g}"
+            if isinstance(within, int | float) and not isinstance(within, bool)
+            else "?"
+        ),
+    }
 
 
 @cache

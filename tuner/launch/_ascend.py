@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tilewise.errors import BackendError
+from tilewise.kernels.backends import BuildResult
 from tilewise.kernels.backends._ascend.backend import AscendBackend
 from tilewise.kernels.backends._ascend.processes import describe_runner_error
 from tilewise.kernels.backends._ascend.project import sys_workspace_bytes
@@ -143,6 +144,8 @@ class AscendDevice(Device):
     set_env.sh), when the run mode is not ``npu``, or when the host has no NPU.
     """
 
+    backend: AscendBackend
+
     def __init__(self, target: TargetProfile, *, settings: Settings, device: int = 0) -> None:
         self.target = target
         self.backend = AscendBackend(settings, target=target, device=device)
@@ -153,7 +156,7 @@ class AscendDevice(Device):
             )
         self.backend.check_run_mode()
         self.device = device
-        self._variants: dict[tuple[str, tuple[tuple[str, str], ...]], AclVariant] = {}
+        self._variants = {}
 
     def prepare(
         self,
@@ -164,18 +167,12 @@ class AscendDevice(Device):
         packed: bytes,
         block_dim: int,
     ) -> AscendLaunch:
-        key = (spec.name, tuple(sorted(defines.items())))
-        variant = self._variants.get(key)
-        if variant is None:
-            build = self.backend.build(spec, defines)
-            if not build.ok or build.artifact is None:
-                raise BackendError(
-                    f"{spec.name} {defines}: the variant does not build: {build.error}"
-                )
+
+        def load(build: BuildResult, _: Path) -> AclVariant:
             launcher, kernels = self.backend.launch_libraries(build)
-            variant = self._variants[key] = AclVariant(
-                launcher, kernels, gm_args=len(args), tiling_bytes=len(packed)
-            )
+            return AclVariant(launcher, kernels, gm_args=len(args), tiling_bytes=len(packed))
+
+        variant = self._variant(spec, defines, load)
         return AscendLaunch(
             variant=variant,
             packed=packed,

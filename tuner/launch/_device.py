@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import importlib
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
-from typing import Protocol
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
 
+from tilewise.errors import BackendError
+from tilewise.kernels.backends import Backend, BuildResult
 from tilewise.kernels.ops import GmArg, OpSpec
 from tilewise.kernels.targets import TargetProfile, get_target
 from tilewise.settings import Settings
@@ -23,6 +26,8 @@ DEVICES: dict[str, str] = {
     "cpu-twin": "tilewise.launch._twin:TwinDevice",
     "ascend": "tilewise.launch._ascend:AscendDevice",
 }
+
+V = TypeVar("V")
 
 
 class Launch(Protocol):
@@ -59,6 +64,30 @@ class Device(ABC):
     serialised inside it where the device needs that)."""
 
     target: TargetProfile
+    backend: Backend
+    #: Loaded variants by (op, defines): each is built (or found in the backend's build cache)
+    #: and loaded once per Device.
+    _variants: dict[tuple[str, tuple[tuple[str, str], ...]], Any]
+
+    def _variant(
+        self, spec: OpSpec, defines: dict[str, str], load: Callable[[BuildResult, Path], V]
+    ) -> V:
+        """The variant ``defines`` of ``spec``: built by the backend and loaded by ``load``
+        (given the build and its artifact) at the first call, the same object afterwards.
+
+        Raises:
+            BackendError: the variant does not build.
+        """
+        key = (spec.name, tuple(sorted(defines.items())))
+        if key not in self._variants:
+            build = self.backend.build(spec, defines)
+            if not build.ok or build.artifact is None:
+                raise BackendError(
+                    f"{spec.name} {defines}: the variant does not build: {build.error}"
+                )
+            self._variants[key] = load(build, build.artifact)
+        loaded: V = self._variants[key]
+        return loaded
 
     @abstractmethod
     def prepare(

@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tilewise.errors import BackendError
 from tilewise.kernels.backends._cpu_twin import CpuTwinBackend
 from tilewise.kernels.ops import GmArg, OpSpec
 from tilewise.kernels.ops._base import MEMORIES
@@ -45,12 +44,14 @@ class TwinLaunch:
 class TwinDevice(Device):
     """This host as the twin runs it: every core, host memory."""
 
+    backend: CpuTwinBackend
+
     def __init__(self, target: TargetProfile, *, settings: Settings, device: int = 0) -> None:
         del device  # one host
         self.target = target
         self.backend = CpuTwinBackend(settings)
         self._host: Host | None = None
-        self._variants: dict[tuple[str, tuple[tuple[str, str], ...]], Variant] = {}
+        self._variants = {}
 
     @property
     def host(self) -> Host:
@@ -68,15 +69,7 @@ class TwinDevice(Device):
         packed: bytes,
         block_dim: int,
     ) -> TwinLaunch:
-        key = (spec.name, tuple(sorted(defines.items())))
-        variant = self._variants.get(key)
-        if variant is None:
-            build = self.backend.build(spec, defines)
-            if not build.ok or build.artifact is None:
-                raise BackendError(
-                    f"{spec.name} {defines}: the variant does not build: {build.error}"
-                )
-            variant = self._variants[key] = self.host.variant(build.artifact)
+        variant = self._variant(spec, defines, lambda _, artifact: self.host.variant(artifact))
         limits = self.target.limits(mix=spec.mix)
         return TwinLaunch(
             host=self.host,
