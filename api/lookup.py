@@ -7,6 +7,7 @@ a cheap fingerprint of ``tw_tilings`` (row count, sum of record ids, latest ``up
 changes; the fingerprint is read at most every ``check_s`` seconds. Every upsert changes it: a
 new row changes the count, a replaced one points at a new (larger) record id.
 
+A reload runs in one thread while the others keep answering from the table in memory.
 When the database is away, a table already loaded keeps answering (as an embedded runtime
 would); before the first load, lookups fail with StoreError (503).
 """
@@ -17,10 +18,13 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from tilewise.errors import StoreError
 from tilewise.store import Store, session_scope, tiling_table_fingerprint
+
+if TYPE_CHECKING:
+    from tilewise.runtime import Rule
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +41,7 @@ class Answer(Protocol):
     @property
     def distance(self) -> float | None: ...
     @property
-    def rule(self) -> Literal["exact", "carried", "kept_default", "measured_slower", "default"]: ...
+    def rule(self) -> Rule: ...
     @property
     def predicted_gain(self) -> float | None: ...
 
@@ -87,11 +91,23 @@ class LookupCache:
             return tiling_table_fingerprint(session)
 
     def table(self) -> Table:
-        """The current table, reloaded first if the tiling table changed."""
-        with self._lock:
+        """The current table, reloaded first if the tiling table changed.
+
+        Reloading (fitting the choice models of every op) can take seconds: one thread reloads
+        while the others go on answering from the table in memory. Only the first load makes
+        callers wait.
+        """
+        table = self._table
+        if table is not None and time.monotonic() - self._checked < self.check_s:
+            return table
+        if table is not None and not self._lock.acquire(blocking=False):
+            return table  # another thread is checking or reloading
+        if table is None:
+            self._lock.acquire()
+        try:
             now = time.monotonic()
             if self._table is not None and now - self._checked < self.check_s:
-                return self._table
+                return self._table  # loaded by the thread this one waited for
             try:
                 fingerprint = self._read_fingerprint()
             except StoreError as exc:
@@ -102,12 +118,14 @@ class LookupCache:
                 log.warning("tiling table not refreshed, serving the one in memory: %s", exc)
                 self._checked = now
                 return self._table
-            self._checked = now
             if self._table is None or fingerprint != self._fingerprint:
                 self._table = self._loader(self.store)
                 self._fingerprint = fingerprint
                 self.loads += 1
+            self._checked = now
             return self._table
+        finally:
+            self._lock.release()
 
     def lookup(self, op: str, *, target: str, dtype: str, shape: Mapping[str, int]) -> Answer:
         return self.table().lookup(op, target=target, dtype=dtype, shape=dict(shape))

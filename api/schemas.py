@@ -314,17 +314,31 @@ class LookupPublic(_Out):
     distance: float | None = Field(
         default=None, description="0 for exact; sum over dims of |log2 asked - log2 tuned|."
     )
-    rule: Literal["exact", "carried", "kept_default", "measured_slower", "default"] = Field(
+    rule: Literal[
+        "exact",
+        "chosen",
+        "predicted_default",
+        "carried",
+        "kept_default",
+        "measured_slower",
+        "default",
+    ] = Field(
         default="exact",
-        description="How the tiling was chosen: as tuned; the nearest tuned shape's tiling "
-        "re-derived for this shape by the op's carry rules; this shape's default because that "
-        "shape kept its default, or because its tiling carried to other tuned shapes was "
-        "measured slower than their default; the default with no tuned shape to go by.",
+        description="How the tiling was chosen: as tuned; by the table's choice grid, a tuned "
+        "shape's tiling re-derived for this shape that a model fitted on the op's records "
+        "predicted faster than the default by more than its error (chosen), or the default "
+        "because none was (predicted_default); without a grid, the nearest tuned shape's "
+        "tiling re-derived for this shape by the op's carry rules; this shape's default "
+        "because that shape kept its default, or because its tiling carried to other tuned "
+        "shapes was measured slower than their default; the default with no tuned shape to go "
+        "by.",
     )
     predicted_gain: float | None = Field(
         default=None,
-        description="The nearest tuned shape's tiling, carried to the table's other tuned "
-        "shapes: their default's latency over its (geometric mean); null without measurements.",
+        description="The default's latency over the answered tiling's: as the table's model "
+        "predicts (chosen; for predicted_default that of the best candidate), else the nearest "
+        "tuned shape's tiling carried to the table's other tuned shapes, measured (geometric "
+        "mean); null without either.",
     )
 
 

@@ -402,18 +402,23 @@ class OpSpec(ABC):
             )
 
     def valid(self, tiling: Tiling, shape: Shape, dtype: str, target: TargetProfile) -> bool:
-        """``check(...).valid``, sooner: the rules first, and the footprint only when they
-        pass. The runtime's nearest search tries the tilings of neighbouring shapes, and most
-        that fail break a rule (their core split) before any memory limit."""
+        """``check(...).valid``, sooner: the rules first (most carried tilings that fail break
+        one), then the buffers summed per memory without building a Footprint (OpSpec's own
+        footprint); the runtime checks a carried tiling on every first-time answer."""
         self._require_fields(tiling, shape, dtype, target)
+        totals: dict[str, int] = {}
         try:
             if self.rules(tiling, shape, dtype, target):
                 return False
-            footprint = self.footprint(tiling, shape, dtype, target)
+            if type(self).footprint is not OpSpec.footprint:
+                totals = self.footprint(tiling, shape, dtype, target).to_dict()
+            else:
+                for _, memory, nbytes in self.buffers(tiling, shape, dtype, target):
+                    totals[memory] = totals.get(memory, 0) + nbytes
         except ArithmeticError:
             return False
         limits = target.limits(mix=self.mix)
-        return all(getattr(footprint, memory) <= limits[memory] for memory in MEMORIES)
+        return all(used <= limits[memory] for memory, used in totals.items())
 
     def check(self, tiling: Tiling, shape: Shape, dtype: str, target: TargetProfile) -> Check:
         """Footprint against the target's limits plus :meth:`rules`."""

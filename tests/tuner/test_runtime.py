@@ -27,7 +27,8 @@ from tilewise.export import (
 )
 from tilewise.kernels.ops import get_op
 from tilewise.kernels.targets import get_target
-from tilewise.runtime import Answer, TilingTable, _nearest_first
+from tilewise.runtime import Answer, TilingTable
+from tilewise.runtime._group import nearest_first
 from tilewise.types import Shape, Tiling, Workload
 
 LAG = get_op("linear_add_gelu")
@@ -258,7 +259,7 @@ def test_the_walk_follows_a_stable_sort_of_the_distances() -> None:
     # Many ties (a few distinct values) and a limit below and above the length.
     distance = rng.integers(0, 6, size=200).astype(np.float64)
     for limit in (1, 17, 200, 500):
-        walked = list(_nearest_first(distance.copy(), limit))
+        walked = list(nearest_first(distance.copy(), limit))
         order = np.argsort(distance, kind="stable")[:limit]
         assert [i for i, _ in walked] == order.tolist()
         assert [d for _, d in walked] == distance[order].tolist()

@@ -90,7 +90,12 @@ def show(
                 f"(run `tilewise tune {spec.name} --shape {parsed.key()}`)"
             )
             tuned = answer.workload.shape.key() if answer.workload is not None else None
+            gain = answer.predicted_gain
             origin = {
+                "chosen": f"the tiling tuned for {tuned}, re-derived for this shape, predicted "
+                f"{gain}x the default's speed by the table's model",
+                "predicted_default": "this shape's default: no tuned shape's tiling was "
+                "predicted faster by more than the table's model's error",
                 "carried": f"the tiling tuned for {tuned}, re-derived for this shape",
                 "kept_default": f"this shape's default: the nearest tuned shape ({tuned}) kept "
                 "its default",

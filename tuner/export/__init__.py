@@ -27,6 +27,12 @@ runtime and the C header re-derive a nearest entry's tiling for the asked shape 
 the asked shape. Both are null for entries of op versions other than the exporting code's. A
 version-1 document (neither key) still loads: the reader derives both from the op spec.
 
+``choices`` (an addition: old readers skip it) holds, per (op, op version, target, dtype) whose
+records allow it, a latency model's parameters and the choice grid decided with it at export
+(:mod:`tilewise.export._choice`): for each cell of shapes, the tuned shape whose tiling the
+runtime and the C header re-derive for an untuned shape in it, or the default. A bad grid is
+named in :attr:`Loaded.rejected` and left out.
+
 Loading checks it (:func:`load_entries`, :func:`parse_table`). A document that is not JSON,
 not of this format, of a format version not read here (saying which was found and which are
 read: :data:`READ_VERSIONS`) or without an entry list is refused whole. Each entry is checked
@@ -49,6 +55,7 @@ the comment it starts with for its contract.
 This module stays light (no SQLAlchemy, Optuna or FastAPI at import): the runtime imports it.
 """
 
+from tilewise.export._choice import Choice
 from tilewise.export._cover import Coverage, greedy_cover
 from tilewise.export._document import (
     FORMAT,
@@ -74,6 +81,7 @@ __all__ = [
     "FORMAT",
     "FORMAT_VERSION",
     "READ_VERSIONS",
+    "Choice",
     "Coverage",
     "GroupPortfolio",
     "Loaded",

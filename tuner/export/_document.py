@@ -6,13 +6,14 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tilewise import __version__
 from tilewise.errors import InputError
+from tilewise.export._choice import Choice, choices_of, parse_choices
 from tilewise.types import DTYPES, MAX_DIM, Shape, Tiling, Workload
 
 if TYPE_CHECKING:
@@ -89,12 +90,25 @@ class TableEntry:
         }
 
 
-class Loaded(NamedTuple):
-    """A document's valid entries, and one message per entry left out (naming where it is and
-    what is wrong with it: ``entries[3].shape.M: expected an integer, got '4'``)."""
-
+class _Rows(NamedTuple):
     entries: list[TableEntry]
     rejected: list[str]
+
+
+class Loaded(_Rows):
+    """A document's valid entries, and one message per entry left out (naming where it is and
+    what is wrong with it: ``entries[3].shape.M: expected an integer, got '4'``); unpacks as
+    that pair. ``choices`` holds the document's valid choice grids
+    (:mod:`tilewise.export._choice`); a bad one is named in ``rejected`` too."""
+
+    choices: Sequence[Choice]
+
+    def __new__(
+        cls, entries: list[TableEntry], rejected: list[str], choices: Sequence[Choice] = ()
+    ) -> Loaded:
+        self = super().__new__(cls, entries, rejected)
+        self.choices = tuple(choices)
+        return self
 
 
 # ---------------------------------------------------------------------------------------------
@@ -154,7 +168,8 @@ def table_document(
             found = evidence.get(w.id)
             if found is not None:
                 entry = replace(entry, carry_gain=found.gain, carry_slower=found.slower)
-        entries.append(entry.to_dict())
+        entries.append(entry)
+    choices = choices_of(session, rows, entries)
     return {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -168,7 +183,8 @@ def table_document(
             "other_toolchain_entries": len(stale),
             "any_toolchain": any_toolchain,
         },
-        "entries": entries,
+        "entries": [e.to_dict() for e in entries],
+        "choices": [c.to_dict() for c in choices],
     }
 
 
@@ -333,7 +349,8 @@ def load_entries(doc: object, *, source: str = "tiling table") -> Loaded:
             continue
         seen.add(key)
         entries.append(entry)
-    return Loaded(entries, rejected)
+    choices, bad = parse_choices(doc.get("choices"))
+    return Loaded(entries, rejected + bad, choices)
 
 
 def _short(value: object) -> str:

@@ -111,6 +111,31 @@ def render_header(doc: Mapping[str, Any], *, op: str) -> str:
             )
         )
 
+    grids = {
+        (c.target, c.dtype): c
+        for c in loaded.choices
+        if c.op == op and c.op_version == spec.version and len(c.low) == len(dims)
+    }
+
+    def grid(target: str, dtype: str, rows: list[TableEntry]) -> dict[str, str] | None:
+        """The choice grid's C initializers, its cells as row indices (-1: the default)."""
+        choice = grids.get((target, dtype))
+        if choice is None:
+            return None
+        where = {shape_order_key(e.shape, dims): i for i, e in enumerate(rows)}
+        try:
+            index = [where[shape_order_key(s, dims)] for s in choice.shapes]
+        except KeyError:
+            raise InputError(
+                f"{op} {target} {dtype}: the choice grid names a shape the table does not hold"
+            ) from None
+        return {
+            "low": braces(choice.low),
+            "size": braces(choice.size),
+            "cells": braces(-1 if c < 0 else index[c] for c in choice.cells),
+            "model": str(choice.model.get("kind", "?")),
+        }
+
     def carry_lines(target: str, dtype: str) -> list[str]:
         rules = spec.carry_rules(dtype, get_target(target))
         if list(rules.fields) != fields:
@@ -142,11 +167,15 @@ def render_header(doc: Mapping[str, Any], *, op: str) -> str:
                 "target": target,
                 "dtype": dtype,
                 "ident": idents[(target, dtype)],
-                "rows": [row(e) for e in sorted(g, key=lambda e: shape_order_key(e.shape, dims))],
+                "rows": [row(e) for e in rows],
                 "carry": carry_lines(target, dtype),
+                "grid": grid(target, dtype, rows),
                 "portfolio": portfolios.get((target, dtype)),
             }
-            for (target, dtype), g in sorted(groups.items())
+            for (target, dtype), rows in sorted(
+                (k, sorted(g, key=lambda e: shape_order_key(e.shape, dims)))
+                for k, g in groups.items()
+            )
         ],
     )
 

@@ -1,179 +1,29 @@
-"""Tiling lookup from memory, for code that launches tuned kernels.
-
-Load a tiling table once, then ask it for every shape met::
-
-    table = TilingTable.from_file("linear_add_gelu.json")  # or .from_url(...), .from_db(...)
-    answer = table.lookup("linear_add_gelu", target="cpu-twin", dtype="float32",
-                          shape={"M": 1000, "N": 4096, "K": 1024})
-    answer.tiling["baseM"], answer.source  # "exact", "nearest" or "default"
-
-The fallback order, and the ``source`` (and ``rule``) each rule answers with:
-
-1. ``exact``: the op (at its current version), target, dtype and shape were tuned; the tuned
-   tiling as stored.
-2. ``nearest`` (rule ``carried``): the tiling of the tuned shape of the same op, target and dtype
-   nearest to the asked one, re-derived for the asked shape by the op's carry rules
-   (``OpSpec.carry``, from the entry's relative form: a core split keeps its number of pieces,
-   a block count every block's work, a whole row stays whole, base blocks shrink into what the
-   shape allows), the first such tiling that passes the op's validity rules and on-chip memory
-   limits for the asked shape (``OpSpec.valid``). An entry whose tuned tiling is its shape's
-   default tiling (nothing beat it: the entry's ``is_default``) carries over as the asked
-   shape's default tiling: source ``default``, rule ``kept_default``, with that entry's
-   workload; so does one whose tiling, carried to the table's other tuned shapes, was measured
-   slower than their default (``carry_slower``; :mod:`tilewise.export._evidence`): rule
-   ``measured_slower``.
-   Distance: the sum over dims of ``|log2(asked) - log2(tuned)|`` (for a dim that may be 0,
-   such as a padding, of ``log2(1 + value)``: ``OpSpec.log_position``); ties go to the smaller
-   tuned shape in the op's dims order. At most ``max_candidates`` entries are tried, nearest
-   first. The C header (:func:`tilewise.export.render_header`) uses the same distance, ties and
-   carry rules but cannot make the checks (and answers "use your default" for an entry whose
-   tuned tiling is its default).
-3. ``default``: the op's hand-written heuristic (``OpSpec.default_tiling``).
-
-Entries of another op version than the running code's (a changed kernel is a new workload) and
-entries of ops or targets this code does not know are kept out at load time and counted in
-:attr:`TilingTable.skipped`. So is an invalid entry (a field of the wrong type, a shape the op
-does not take, a tiling outside its domains): it is counted, named in
-:attr:`TilingTable.rejected` and in a logged warning, and the rest of the table answers. Only a
-document that is not a table as a whole (not JSON, a format version not read) is refused. A
-version-1 document holds no relative forms: they are derived from the op spec; a version-2
-entry whose relative form disagrees with the op's carry rules is invalid.
-
-Lookups are thread-safe. Exact answers are a dict lookup; nearest and default answers are
-computed once per asked shape and kept (the ``cache_size`` most recent computations).
-
-Shapes met without an exact entry are counted (at most ``max_miss_shapes`` of them): see
-:meth:`TilingTable.misses` and :meth:`TilingTable.misses_manifest`, a tuning manifest of them.
-
-Importing this module imports numpy and the op specs, never Optuna, FastAPI or SQLAlchemy;
-:meth:`TilingTable.from_db` imports SQLAlchemy when called, :meth:`TilingTable.from_url` httpx.
-"""
+"""The tiling table: loading, lookups and the count of shapes met (see
+:mod:`tilewise.runtime`)."""
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
-from operator import itemgetter
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from tilewise._misses import Miss, collect_misses, misses_manifest
-from tilewise.errors import InputError, StoreError, TilewiseError
-from tilewise.export import (
-    Loaded,
-    TableEntry,
-    checked_relative,
-    is_default_tiling,
-    load_entries,
-    parse_table,
-)
-from tilewise.kernels.ops import OpSpec, get_op
-from tilewise.kernels.targets import TargetProfile, get_target
-from tilewise.types import Shape, Tiling, Workload
+from tilewise.errors import InputError, StoreError
+from tilewise.export import Choice, Loaded, TableEntry, checked_relative, load_entries, parse_table
+from tilewise.kernels.ops import get_op
+from tilewise.kernels.targets import get_target
+from tilewise.runtime._answer import Answer, Source
+from tilewise.runtime._group import Group, chosen, nearest
+from tilewise.types import MAX_DIM, Shape
 
 if TYPE_CHECKING:
     import httpx
 
     from tilewise.manifest import Manifest
 
-__all__ = ["Answer", "Miss", "Rule", "Source", "TilingTable"]
-
-_log = logging.getLogger(__name__)
-
-Source = Literal["exact", "nearest", "default"]
-#: How the tiling was chosen: as tuned (``exact``); the nearest tuned shape's tiling re-derived
-#: for the asked shape (``carried``); the asked shape's default because the nearest tuned shape
-#: kept its default (``kept_default``) or because its tiling, carried to other tuned shapes,
-#: was measured slower than their default (``measured_slower``); the default with no tuned shape
-#: to go by (``default``).
-Rule = Literal["exact", "carried", "kept_default", "measured_slower", "default"]
-
-
-@dataclass(frozen=True, slots=True)
-class Answer:
-    """A tiling for one asked shape, and where it came from.
-
-    ``workload`` and ``latency_us`` are those of the table entry the tiling was tuned for
-    (for ``nearest`` the neighbour's, whose tiling was re-derived for the asked shape; for a
-    ``default`` of rule ``kept_default`` or ``measured_slower`` the neighbour's that decided it;
-    None for the plain ``default``); ``distance`` is 0 for ``exact``, the log2 distance to that
-    neighbour otherwise. ``predicted_gain`` is that neighbour's tiling's measured gain over the
-    default where it was carried to other tuned shapes (the default's latency over its; None
-    without such measurements).
-    """
-
-    tiling: Tiling
-    source: Source
-    workload: Workload | None
-    latency_us: float | None
-    distance: float | None = None
-    rule: Rule = "exact"
-    predicted_gain: float | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "tiling": dict(self.tiling),
-            "source": self.source,
-            "workload": None if self.workload is None else self.workload.to_dict(),
-            "latency_us": self.latency_us,
-            "distance": self.distance,
-            "rule": self.rule,
-            "predicted_gain": self.predicted_gain,
-        }
-
-
-class _Group:
-    """The entries of one (op, target, dtype), sorted by shape in dims order."""
-
-    __slots__ = (
-        "cache",
-        "carry",
-        "defaults",
-        "dims",
-        "dtype",
-        "entries",
-        "exact",
-        "key",
-        "logs",
-        "misses",
-        "ndims",
-        "profile",
-        "relatives",
-        "spec",
-    )
-
-    def __init__(
-        self, spec: OpSpec, profile: TargetProfile, dtype: str, entries: list[TableEntry]
-    ) -> None:
-        self.spec, self.profile, self.dtype, self.dims = spec, profile, dtype, spec.dims
-        self.ndims = len(self.dims)
-        # The dict key of a shape: its value for one dim, else the tuple in dims order.
-        self.key = itemgetter(*self.dims)
-        self.entries = sorted(entries, key=lambda e: tuple(e.shape[d] for d in self.dims))
-        self.carry = spec.carry_rules(dtype, profile)
-        # Checked against the carry rules when the table loaded (_foreign).
-        self.relatives = [
-            e.relative or self.carry.relative(e.tiling, e.shape) for e in self.entries
-        ]
-        # Whether each entry's tiling is its default: as the table says, else found out the
-        # first time the entry is a candidate (a default tiling costs up to a millisecond).
-        self.defaults: list[bool | None] = [e.is_default for e in self.entries]
-        self.exact: dict[Any, Answer] = {
-            self.key(e.shape): Answer(e.tiling, "exact", e.workload, e.latency_us, 0.0)
-            for e in self.entries
-        }
-        # One contiguous column per dim: the nearest search is a few vector ops per column.
-        self.logs = [
-            np.array([spec.log_position(d, e.shape[d]) for e in self.entries], dtype=np.float64)
-            for d in self.dims
-        ]
-        self.cache: dict[Any, Answer] = {}
-        # Asked shapes without an exact entry, by dict key: [count, source of the answer].
-        self.misses: dict[Any, list[Any]] = {}
+_log = logging.getLogger("tilewise.runtime")
 
 
 class TilingTable:
@@ -191,12 +41,15 @@ class TilingTable:
         max_miss_shapes: int = 10_000,
         rejected: Iterable[str] = (),
         source: str = "tiling table",
+        choices: Iterable[Choice] = (),
     ) -> None:
         """Index ``entries`` (validated :class:`~tilewise.export.TableEntry` values).
 
         ``rejected`` names entries a loader already left out (:attr:`Loaded.rejected`); they
         are counted as ``"invalid entry"``. ``source`` names the file, URL or database in the
-        warning logged when entries are left out as invalid.
+        warning logged when entries are left out as invalid. ``choices`` are the table's choice
+        grids (:attr:`Loaded.choices`): a group of entries with one answers shapes nobody tuned
+        by it.
         """
         if max_candidates < 1 or cache_size < 0 or max_miss_shapes < 0:
             raise InputError("max_candidates must be >= 1; cache_size, max_miss_shapes >= 0")
@@ -212,7 +65,7 @@ class TilingTable:
         #: :attr:`MAX_REJECTED_MESSAGES`).
         self.rejected: list[str] = []
         self._lock = threading.Lock()
-        self._groups: dict[tuple[str, str, str], _Group] = {}
+        self._groups: dict[tuple[str, str, str], Group] = {}
         for message in rejected:
             self._skip("invalid entry", message)
         buckets: dict[tuple[str, str, str], list[TableEntry]] = {}
@@ -226,8 +79,15 @@ class TilingTable:
                 self._skip(reason)
             else:
                 buckets.setdefault((entry.op, entry.target, entry.dtype), []).append(entry)
+        grids = {
+            (c.op, c.target, c.dtype): c
+            for c in choices
+            if c.op in {k[0] for k in buckets} and c.op_version == get_op(c.op).version
+        }
         for (op, target, dtype), group in buckets.items():
-            self._groups[(op, target, dtype)] = _Group(get_op(op), get_target(target), dtype, group)
+            self._groups[(op, target, dtype)] = Group(
+                get_op(op), get_target(target), dtype, group, grids.get((op, target, dtype))
+            )
         self._size = sum(len(g.entries) for g in self._groups.values())
         if self.rejected:
             more = self.skipped["invalid entry"] - 1
@@ -303,7 +163,13 @@ class TilingTable:
 
     @classmethod
     def _loaded(cls, loaded: Loaded, source: str, options: Mapping[str, int]) -> TilingTable:
-        return cls(loaded.entries, rejected=loaded.rejected, source=source, **options)
+        return cls(
+            loaded.entries,
+            rejected=loaded.rejected,
+            source=source,
+            choices=loaded.choices,
+            **options,
+        )
 
     @classmethod
     def from_file(cls, path: str | Path, **options: int) -> TilingTable:
@@ -431,26 +297,49 @@ class TilingTable:
         return self._resolve(op, target, dtype, shape)
 
     def _resolve(self, op: str, target: str, dtype: str, shape: Mapping[str, int]) -> Answer:
-        spec = get_op(op)
-        if not isinstance(dtype, str):
-            raise InputError(f"{op}: a dtype is named by a string, got {type(dtype).__name__}")
-        spec.validate_dtype(dtype)
-        profile = get_target(target)
-        asked = spec.validate_shape(shape)
-        group = self._groups.get((op, profile.name, dtype))
-        if group is None:
-            group = _Group(spec, profile, dtype, [])
-        with self._lock:
-            # Later calls with this spelling of the names take the fast path.
-            group = self._groups.setdefault((op, profile.name, dtype), group)
-            self._groups.setdefault((op, target, dtype), group)
-        key = group.key(asked)
+        group = self._groups.get((op, target, dtype))
+        asked: Shape | None = None
+        values: Mapping[str, int] | None = None
+        if group is not None and group.fast and type(shape) is dict and len(shape) == group.ndims:
+            # A plain dict of plain ints within the dims' bounds, as launchers pass: checked
+            # here in a few comparisons, the Shape built without validate_shape's walk.
+            for dim, least in group.least:
+                v = shape.get(dim)
+                if type(v) is not int or not least <= v <= MAX_DIM:
+                    break
+            else:
+                asked, values = Shape(shape), shape
+        if asked is None or group is None:
+            spec = get_op(op)
+            if not isinstance(dtype, str):
+                raise InputError(f"{op}: a dtype is named by a string, got {type(dtype).__name__}")
+            spec.validate_dtype(dtype)
+            profile = get_target(target)
+            asked = spec.validate_shape(shape)
+            group = self._groups.get((op, profile.name, dtype))
+            if group is None:
+                group = Group(spec, profile, dtype, [])
+            with self._lock:
+                # Later calls with this spelling of the names take the fast path.
+                group = self._groups.setdefault((op, profile.name, dtype), group)
+                self._groups.setdefault((op, target, dtype), group)
+        values = asked if values is None else values
+        key = group.key(values)
         answer = group.exact.get(key)
         if answer is not None:
             return answer
-        answer = group.cache.get(key) or self._nearest(group, asked)
+        answer = group.cache.get(key)
+        if answer is None and group.entries:
+            if group.grid is not None:
+                answer = chosen(group, asked, values, self.max_candidates)
+            else:
+                answer = nearest(group, asked, self.max_candidates)
         answer = answer or Answer(
-            spec.default_tiling(asked, dtype, profile), "default", None, None, rule="default"
+            group.spec.default_tiling(asked, group.dtype, group.profile),
+            "default",
+            None,
+            None,
+            rule="default",
         )
         self._count(group, key, answer.source)
         if self.cache_size:
@@ -461,7 +350,7 @@ class TilingTable:
                 cache[key] = answer
         return answer
 
-    def _count(self, group: _Group, key: Any, source: Source) -> None:
+    def _count(self, group: Group, key: Any, source: Source) -> None:
         # A shape counted before is counted again without the lock (lookup's cached path): on
         # CPython with its GIL no thread switch falls inside `seen[0] += 1` (no call, no
         # backward jump), so no count is lost; a lock there took the cached answer from 0.6 to
@@ -510,60 +399,6 @@ class TilingTable:
             InputError: no such shape (a manifest needs one).
         """
         return misses_manifest(self.misses, min_count=min_count, **options)
-
-    def _nearest(self, group: _Group, asked: Shape) -> Answer | None:
-        if not group.entries:
-            return None
-        # Column by column, in dims order: the same sum, in the same order, as the C header's.
-        where = group.spec.log_position
-        distance = np.abs(group.logs[0] - where(group.dims[0], asked[group.dims[0]]))
-        for column, dim in zip(group.logs[1:], group.dims[1:], strict=True):
-            distance += np.abs(column - where(dim, asked[dim]))
-        for index, away in _nearest_first(distance, self.max_candidates):
-            entry = group.entries[index]
-            tuned = group.exact[group.key(entry.shape)]  # its workload, hashed at load
-            is_default = group.defaults[index]
-            if is_default is None:
-                is_default = group.defaults[index] = is_default_tiling(entry)
-            if is_default or entry.carry_slower:
-                return Answer(
-                    group.spec.default_tiling(asked, group.dtype, group.profile),
-                    "default",
-                    tuned.workload,
-                    entry.latency_us,
-                    away,
-                    rule="kept_default" if is_default else "measured_slower",
-                    predicted_gain=entry.carry_gain,
-                )
-            tiling = group.carry.derive(group.relatives[index], asked)
-            try:
-                valid = tiling is not None and group.spec.valid(
-                    tiling, asked, group.dtype, group.profile
-                )
-            except TilewiseError:
-                valid = False
-            if valid and tiling is not None:
-                return Answer(
-                    tiling,
-                    "nearest",
-                    tuned.workload,
-                    entry.latency_us,
-                    away,
-                    rule="carried",
-                    predicted_gain=entry.carry_gain,
-                )
-        return None
-
-
-def _nearest_first(distance: np.ndarray, limit: int) -> Iterator[tuple[int, float]]:
-    """(index, distance) of up to ``limit`` entries in the order of a stable sort of
-    ``distance`` (ties: the smaller index first), one argmin at a time. The walk usually stops
-    at the first entry, and a full sort of a 10,000-entry group took 650 µs where an argmin
-    takes a few. Overwrites ``distance``."""
-    for _ in range(min(limit, len(distance))):
-        index = int(distance.argmin())  # the first minimum
-        yield index, float(distance[index])
-        distance[index] = np.inf
 
 
 def _detail(response: Any) -> str:

@@ -1,0 +1,187 @@
+"""A latency model of one op, fitted on every measured record of it, for choosing a tiling at
+shapes nobody tuned (:mod:`tilewise.export._choice`).
+
+Features of a (shape, tiling) come from the op's own cost-model code
+(:meth:`~tilewise.kernels.ops.OpSpec.block_work` and :func:`tilewise.kernels.backends.predict`),
+each as a log2: waves over the cores; and, over those waves, the busiest core's bytes moved to
+and from global memory, its cube multiply-accumulates, its vector bytes and vector instructions;
+and the cost model's predicted time. Two kinds of model, both linear in log latency with one
+intercept per (target, dtype):
+
+* ``loglinear``: a least-squares fit on every feature, given enough records (at least
+  :data:`MIN_RECORDS_PER_FEATURE` per coefficient, on :data:`MIN_SHAPES` shapes or more);
+* ``cost``: the cost model's prediction scaled by the intercept (its coefficient is 1).
+
+Each is cross-validated on held-out shapes (every fold holds out whole shapes): the model's
+*error* is the root mean square, over the held-out shapes' measured tilings, of the predicted
+log ratio to the shape's default tiling minus the measured one. A choice counts a candidate
+faster than the default only when its predicted log gain exceeds that error. With both kinds
+fitted, the one with the smaller error is kept; without :data:`MIN_SHAPES` held-out shapes that
+measured their default beside another tiling there is no error, and no model (the table then
+holds no choice grid and the runtime answers by the nearest rule).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import numpy as np
+
+from tilewise.types import Shape, Tiling
+
+if TYPE_CHECKING:
+    from tilewise.kernels.ops import OpSpec
+    from tilewise.kernels.targets import TargetProfile
+
+FEATURES = ("waves", "gm_bytes", "cube_macs", "vector_bytes", "vector_calls", "cost_us")
+MIN_RECORDS_PER_FEATURE = 8
+MIN_SHAPES = 4
+FOLDS = 5
+
+
+def features(
+    spec: OpSpec, tiling: Tiling, shape: Shape, dtype: str, target: TargetProfile
+) -> list[float] | None:
+    """The :data:`FEATURES` of ``tiling`` at ``shape`` (log2 each); None when the op's cost
+    code cannot describe it."""
+    from tilewise.kernels.backends import predict
+
+    try:
+        work = spec.block_work(tiling, shape, dtype, target)
+        cost = predict(spec, tiling, shape, dtype, target).total_us
+    except (ArithmeticError, NotImplementedError, KeyError, ValueError):
+        return None
+    waves = max(1, math.ceil(work.blocks / max(work.cores, 1)))
+    return [
+        math.log2(waves),
+        math.log2(1.0 + waves * work.gm_bytes),
+        math.log2(1.0 + waves * work.cube_macs),
+        math.log2(1.0 + waves * work.vector_bytes),
+        math.log2(1.0 + waves * work.vector_calls),
+        math.log2(max(cost, 1e-3)),
+    ]
+
+
+class Sample(NamedTuple):
+    """One measured tiling of one shape: the median of its records."""
+
+    group: str  # "target/dtype"
+    shape: Shape
+    x: list[float]
+    log_us: float  # natural log of the latency
+    is_default: bool  # the shape's default tiling
+
+
+@dataclass(frozen=True)
+class Model:
+    """A fitted model (see the module docstring); ``predict`` gives natural-log latencies."""
+
+    kind: str  # "loglinear" or "cost"
+    coef: tuple[float, ...]  # per feature of FEATURES ("cost": 1 on cost_us, 0 elsewhere)
+    intercepts: dict[str, float]  # per "target/dtype"
+    error: float  # held-out RMS error of log ratios to the default
+    records: int  # samples fitted
+    shapes: int
+
+    def predict(self, x: np.ndarray, group: str) -> np.ndarray:
+        log_us: np.ndarray = x @ np.asarray(self.coef) * math.log(2)
+        return log_us + self.intercepts.get(group, 0.0)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "features": list(FEATURES),
+            "coef": [round(c, 6) for c in self.coef],
+            "intercepts": {k: round(v, 6) for k, v in sorted(self.intercepts.items())},
+            "error": round(self.error, 6),
+            "records": self.records,
+            "shapes": self.shapes,
+        }
+
+
+def _fit(kind: str, samples: Sequence[Sample]) -> Model:
+    x = np.array([s.x for s in samples], dtype=np.float64)
+    y = np.array([s.log_us for s in samples], dtype=np.float64)
+    groups = sorted({s.group for s in samples})
+    onehot = np.array([[s.group == g for g in groups] for s in samples], dtype=np.float64)
+    if kind == "cost":
+        coef = np.zeros(len(FEATURES))
+        coef[FEATURES.index("cost_us")] = 1.0
+        rest = y - x @ coef * math.log(2)
+        intercepts = {g: float(rest[onehot[:, i] > 0].mean()) for i, g in enumerate(groups)}
+    else:
+        # A little ridge on the log2 features (not the intercepts) keeps collinear ones (bytes
+        # and the cost model's time often move together) from trading huge opposite weights.
+        ridge = 1e-2 * np.sqrt(len(samples))
+        a = np.hstack([x * math.log(2), onehot])
+        penalty = np.hstack([np.eye(len(FEATURES)) * ridge, np.zeros((len(FEATURES), len(groups)))])
+        solved, *_ = np.linalg.lstsq(
+            np.vstack([a, penalty]), np.concatenate([y, np.zeros(len(FEATURES))]), rcond=None
+        )
+        coef = solved[: len(FEATURES)]
+        intercepts = {g: float(solved[len(FEATURES) + i]) for i, g in enumerate(groups)}
+    return Model(
+        kind,
+        tuple(float(c) for c in coef),
+        intercepts,
+        math.inf,
+        len(samples),
+        len({(s.group, s.shape) for s in samples}),
+    )
+
+
+def _held_out_error(kind: str, samples: Sequence[Sample]) -> float | None:
+    """RMS over held-out shapes of (predicted - measured) log ratio of each measured tiling to
+    the shape's default; None without :data:`MIN_SHAPES` shapes measuring their default beside
+    another tiling (fewer say too little of the error)."""
+    by_shape: dict[tuple[str, Shape], list[Sample]] = {}
+    for s in samples:
+        by_shape.setdefault((s.group, s.shape), []).append(s)
+    usable = [k for k, v in by_shape.items() if any(s.is_default for s in v) and len(v) > 1]
+    if len(usable) < MIN_SHAPES:
+        return None
+    order = sorted(by_shape, key=lambda k: (k[0], tuple(k[1].values())))
+    folds = min(FOLDS, len(order))
+    errors: list[float] = []
+    for fold in range(folds):
+        held = set(order[fold::folds])
+        train = [s for s in samples if (s.group, s.shape) not in held]
+        if not train:
+            continue
+        model = _fit(kind, train)
+        for key in held:
+            shape_samples = by_shape[key]
+            default = next((s for s in shape_samples if s.is_default), None)
+            if default is None or len(shape_samples) < 2:
+                continue
+            x = np.array([s.x for s in shape_samples])
+            predicted = model.predict(x, key[0])
+            p_default = float(model.predict(np.array([default.x]), key[0])[0])
+            for s, p in zip(shape_samples, predicted, strict=True):
+                if s is default:
+                    continue
+                errors.append((p - p_default) - (s.log_us - default.log_us))
+    if not errors:
+        return None
+    return float(np.sqrt(np.mean(np.square(errors))))
+
+
+def fit_model(samples: Sequence[Sample]) -> Model | None:
+    """The better cross-validated of the two kinds (see the module docstring), refitted on
+    every sample; None when neither has a measured error."""
+    kinds = ["cost"]
+    shapes = len({(s.group, s.shape) for s in samples})
+    if len(samples) >= MIN_RECORDS_PER_FEATURE * len(FEATURES) and shapes >= MIN_SHAPES:
+        kinds.append("loglinear")
+    best: Model | None = None
+    for kind in kinds:
+        error = _held_out_error(kind, samples)
+        if error is None:
+            continue
+        if best is None or error < best.error:
+            fitted = _fit(kind, samples)
+            best = Model(kind, fitted.coef, fitted.intercepts, error, fitted.records, shapes)
+    return best

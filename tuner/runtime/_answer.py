@@ -1,0 +1,62 @@
+"""What a lookup answers: :class:`Answer`, and the names of its source and rule."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from tilewise.types import Tiling, Workload
+
+Source = Literal["exact", "nearest", "default"]
+#: How the tiling was chosen: as tuned (``exact``); by the table's choice grid, the tiling of a
+#: tuned shape re-derived for the asked shape, predicted faster than the default by more than
+#: the model's error (``chosen``), or the default because no candidate was
+#: (``predicted_default``); without a grid, the nearest tuned shape's tiling re-derived for the
+#: asked shape (``carried``); the asked shape's default because the nearest tuned shape kept its
+#: default (``kept_default``) or because its tiling, carried to other tuned shapes, was measured
+#: slower than their default (``measured_slower``); the default with no tuned shape to go by
+#: (``default``).
+Rule = Literal[
+    "exact",
+    "chosen",
+    "predicted_default",
+    "carried",
+    "kept_default",
+    "measured_slower",
+    "default",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A tiling for one asked shape, and where it came from.
+
+    ``workload`` and ``latency_us`` are those of the table entry the tiling was tuned for
+    (for ``nearest`` the tuned shape whose tiling was re-derived for the asked shape; for a
+    ``default`` of rule ``kept_default`` or ``measured_slower`` the neighbour's that decided it;
+    None for the plain ``default`` and ``predicted_default``); ``distance`` is 0 for ``exact``,
+    the log2 distance to that tuned shape otherwise. ``predicted_gain`` is the default's latency
+    over the answered tiling's as predicted: by the table's model for ``chosen`` (and, for
+    ``predicted_default``, that of the best candidate, which did not beat the model's error);
+    else that neighbour's tiling's measured gain where it was carried to other tuned shapes
+    (None without such measurements).
+    """
+
+    tiling: Tiling
+    source: Source
+    workload: Workload | None
+    latency_us: float | None
+    distance: float | None = None
+    rule: Rule = "exact"
+    predicted_gain: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "tiling": dict(self.tiling),
+            "source": self.source,
+            "workload": None if self.workload is None else self.workload.to_dict(),
+            "latency_us": self.latency_us,
+            "distance": self.distance,
+            "rule": self.rule,
+            "predicted_gain": self.predicted_gain,
+        }
