@@ -216,6 +216,7 @@ def _table(report: dict[str, Any]) -> Table:
     checkpoints = list(entries[0]["ratio_at"]) if entries else []
     for n in checkpoints:
         table.add_column(f"ratio @{n}", justify="right")
+    table.add_column("propose_s: median (late)", justify="right")
     table.add_column("s", justify="right")
 
     def evals(q: dict[str, float]) -> str:
@@ -231,6 +232,14 @@ def _table(report: dict[str, Any]) -> Table:
             evals(entry["evals_to_5pct"]),
             evals(entry["evals_to_1pct"]),
             *ratios,
+            _propose(entry["propose_s"]),
             f"{entry['seconds']:g}",
         )
     return table
+
+
+def _propose(times: dict[str, float | None]) -> str:
+    """The sampler's median seconds per proposal, and over each run's last tenth."""
+    if times["median_s"] is None or times["late_s"] is None:
+        return "-"
+    return f"{times['median_s']:.3f} ({times['late_s']:.3f})"

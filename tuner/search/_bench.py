@@ -26,6 +26,7 @@ from tilewise.errors import InputError
 from tilewise.search._replay import ReplayRun, ReplaySpace, replay_search
 from tilewise.search._space import SearchSpace
 from tilewise.search._strategies import make_sampler
+from tilewise.search._timing import summarize_times
 
 CHECKPOINTS: tuple[int, ...] = (25, 50, 100, 200)
 THRESHOLDS: dict[str, float] = {"evals_to_5pct": 0.05, "evals_to_1pct": 0.01}
@@ -121,6 +122,7 @@ def summarize(
             if n <= budget
         }
         entry["seconds"] = round(result.seconds, 1)
+        entry["propose_s"] = summarize_times([run.propose for run in result.runs])
         strategies[result.name] = entry
     return {
         "space": str(space.path),

@@ -33,6 +33,7 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution
 from tilewise.errors import InputError
 from tilewise.records import TIME_COLUMN
 from tilewise.search._loop import AskTellLoop
+from tilewise.search._timing import ProposeTimes
 
 Value = int | float | str
 Config = tuple[Value, ...]
@@ -183,6 +184,7 @@ class ReplayRun:
     best_ms: float | None = None
     proposals: int = 0
     duplicates: int = 0
+    propose: ProposeTimes = field(default_factory=ProposeTimes)  # the sampler's seconds
 
     def evaluations_to(self, bound_ms: float) -> int | None:
         """Evaluations until the best-so-far was at most ``bound_ms``; None if never."""

@@ -19,6 +19,7 @@ from tilewise.kernels.ops import get_op
 from tilewise.kernels.targets import twin_target
 from tilewise.search import STRATEGIES, Budget, ReplaySpace, Tuner, make_sampler, replay_search
 from tilewise.search._bench import search_space_of
+from tilewise.search._features import unit_features
 from tilewise.search._surrogate import SurrogateSampler
 from tilewise.search._warm import nearest_tuned_tilings, shape_distance
 from tilewise.settings import Settings
@@ -178,9 +179,8 @@ def test_local_steps_change_one_field_of_the_best_configuration(tmp_path: Path, 
 def test_gp_features_scale_sizes_by_log_and_split_named_choices() -> None:
     dist = optuna.distributions.CategoricalDistribution
     dists = {"order": dist(("mk", "km", "nk")), "pad": dist((0, 1)), "tile": dist((16, 64, 256))}
-    sampler = SurrogateSampler()
-    sampler._names = ("order", "pad", "tile")
-    x = sampler._unit_features(dists, [("km", 1, 64), ("nk", 0, 16), ("mk", 0, 256)])
+    names = ("order", "pad", "tile")
+    x = unit_features(names, dists, [("km", 1, 64), ("nk", 0, 16), ("mk", 0, 256)])
     # order: one 0/1 column per choice; pad: linear; tile: log2 in [0, 1] (64 is halfway)
     assert x.tolist() == [
         [0.0, 1.0, 0.0, 1.0, 0.5],
