@@ -160,6 +160,14 @@ def search(
     plot: Annotated[
         Path | None, typer.Option("--plot", help="Draw best-so-far ratio against evaluations.")
     ] = None,
+    stop_at_optimum: Annotated[
+        bool,
+        typer.Option(
+            "--stop-at-optimum",
+            help="End a run once it has found the optimum: the same figures, sooner "
+            "(propose_s then leaves out the proposals it would have made after).",
+        ),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Run each strategy --seeds times on a recorded space; report how fast each gets close."""
@@ -190,6 +198,7 @@ def search(
         seeds=range(first_seed, first_seed + seeds),
         warm_start=warm,
         on_run=show,
+        stop_at_optimum=stop_at_optimum,
     )
     report = _bench.summarize(replay, results, budget=budget)
     if warm_from is not None:

@@ -63,7 +63,11 @@ def run_strategies(
     seeds: int | Sequence[int],
     warm_start: Sequence[Mapping[str, Any]] = (),
     on_run: Callable[[str, int], None] | None = None,
+    stop_at_optimum: bool = False,
 ) -> list[StrategyRuns]:
+    """Each strategy (and its ``+warm`` variant) once per seed. ``stop_at_optimum`` ends a run
+    once it has found the optimum: every figure of the report is the same (a run's best then
+    stays the optimum to the budget), only proposals after it are not made or timed."""
     results: list[StrategyRuns] = []
     variants: list[tuple[str, Sequence[Mapping[str, Any]]]] = [(n, ()) for n in strategies]
     if warm_start:
@@ -76,7 +80,10 @@ def run_strategies(
         for seed in range(seeds) if isinstance(seeds, int) else seeds:
             result.seeds.append(seed)
             sampler = make_sampler(seed, strategy=strategy, space=known)
-            result.runs.append(replay_search(space, sampler, budget=budget, warm_start=warm))
+            stop = space.optimum_ms if stop_at_optimum else None
+            result.runs.append(
+                replay_search(space, sampler, budget=budget, warm_start=warm, stop_at_ms=stop)
+            )
             if on_run is not None:
                 on_run(label, seed)
         result.seconds = time.perf_counter() - started

@@ -1,11 +1,13 @@
-"""The default strategy's features of a configuration: the forest's (the tunables' values
-plus generic tile-size features) and the GP's (one column per field in [0, 1]); see
-``tilewise.search._surrogate``. Nothing in them is specific to one kernel or recorded space."""
+"""What the default strategy computes from configurations alone: the forest's features (the
+tunables' values plus generic tile-size features), the GP's (one column per field in [0, 1])
+and TPE's density ratio; see ``tilewise.search._surrogate``. Nothing in them is specific to
+one kernel or recorded space."""
 
 from __future__ import annotations
 
 import itertools
 import math
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -68,6 +70,34 @@ def unit_features(
             values, lo, hi = np.log2(values), math.log2(lo), math.log2(hi)
         columns.append((values - lo) / (hi - lo) if hi > lo else np.zeros(len(configs)))
     return np.stack(columns, axis=1)
+
+
+def parzen_scores(
+    names: Sequence[str],
+    dists: Mapping[str, CategoricalDistribution],
+    candidates: Sequence[Config],
+    observed: Sequence[tuple[Config, float]],
+    good_fraction: float,
+) -> np.ndarray:
+    """TPE's ratio l(x) / g(x) with independent categorical fields, in logs.
+
+    The best ``good_fraction`` of the evaluated configurations (at least one) are "good", the
+    rest "bad"; per field, each value's frequency in either group with add-one smoothing. It
+    needs no model of how fields combine, so it keeps finding values the forest has not learnt
+    to value yet.
+    """
+    ranked = sorted(observed, key=lambda o: o[1] if math.isfinite(o[1]) else math.inf)
+    n_good = max(1, int(good_fraction * len(ranked)))
+    good, bad = ranked[:n_good], ranked[n_good:]
+    score = np.zeros(len(candidates))
+    for i, n in enumerate(names):
+        k = len(dists[n].choices)
+        count_good = Counter(c[i] for c, _ in good)
+        count_bad = Counter(c[i] for c, _ in bad)
+        values = [c[i] for c in candidates]
+        score += np.log([(count_good.get(v, 0) + 1) / (len(good) + k) for v in values])
+        score -= np.log([(count_bad.get(v, 0) + 1) / (len(bad) + k) for v in values])
+    return score
 
 
 def _alignment(value: float) -> float:

@@ -6,7 +6,11 @@ space).
   before: the whole feasible set when it can be listed (a recorded space, or a product of the
   domains small enough to filter with ``feasible``), otherwise random feasible draws plus every
   one-field change of the best configurations so far (a local search around the incumbents).
-* The first ``n_startup`` proposals are uniform over the pool. Then each step fits one of the
+* The first ``n_startup`` proposals are start-up draws: uniform over the pool, or with
+  ``spread`` (the default strategy: 5 of them) uniform among the candidates that take, in the
+  most fields, a value used least so far (each field's values spread over the draws, as in a
+  Latin hypercube), so that a few draws show the models each field at several values (uniform
+  draws repeat values by chance) and the models start sooner. Then each step fits one of the
   models to log(time) of every evaluated configuration (failures count as the slowest time
   seen) and proposes the unseen candidate that scores best under the step's acquisition. The
   acquisitions, taken in turn from ``acquisitions``: ``ei``, the expected improvement under the
@@ -23,10 +27,13 @@ space).
   tell apart around the incumbent (two tilings that differ in one block size and by 0.01%).
   Either model alone lost somewhere (see the README's search section): the GP alone on the
   rugged conv_MI250X space, the forest alone in the first 25 evaluations.
-* To stay cheap on long runs the forest is refitted every ``max(1, n // refit_divisor)``
-  evaluations and the GP's hyperparameters each time the evaluations grew by
-  ``gp_refit_growth``; in between the forest's predictions are reused and the GP conditions on
-  the new evaluations with the hyperparameters it has.
+* What a proposal costs is bounded (the README's search section has the seconds): the forest
+  is refitted every ``max(1, n // refit_divisor)`` evaluations (its predictions reused in
+  between); the GP's hyperparameters each time the evaluations grew by ``gp_refit_growth``, on
+  at most ``gp_fit_max`` of them; in between, the GP's posterior over a listed pool is extended
+  by the new evaluations (O(n) per candidate, not O(n^2)); past ``gp_max_entries`` numbers in
+  that posterior the forest takes the GP's turns; a drawn pool stays ``pool_size`` draws plus
+  the incumbents' neighbours. Linear algebra runs on one BLAS thread.
 
 The forest's features are the tunables' values (numbers as they are, other choices by index),
 plus two generic ones for tile sizes: the log-product and log-ratio of every pair of size-like
@@ -35,9 +42,11 @@ fields (tiles act through threads per block, elements per thread ...), and the a
 are the fields scaled to [0, 1] (sizes by log), one per field, so that a length scale is a
 field's. Nothing in them is specific to one kernel or one recorded space.
 
-Defaults (10 uniform start-up draws, ``gp-ei``, ``ei`` and ``local`` in turn, 32 trees, half
-the features per split, leaves of 2) were chosen on the three recorded GPU spaces in
-shared/spaces and the cpu-twin spaces in tests/data over seeds 0-19 (see the README).
+Defaults of the class (10 uniform start-up draws, ``gp-ei``, ``ei`` and ``local`` in turn, 32
+trees, half the features per split, leaves of 2) were chosen on the three recorded GPU spaces
+then in shared/spaces and the cpu-twin spaces in tests/data over seeds 0-19; the default
+strategy's 5 spread start-up draws on conv_RTX3090, conv_A6000 and the 64^3 cpu-twin space over
+seeds 0-7 (see the README).
 """
 
 from __future__ import annotations
@@ -56,7 +65,7 @@ from optuna.study import Study
 from optuna.trial import FrozenTrial, TrialState
 from threadpoolctl import ThreadpoolController
 
-from tilewise.search._features import forest_features, unit_features
+from tilewise.search._features import forest_features, parzen_scores, unit_features
 from tilewise.search._gp import GaussianProcess, PooledPosterior
 from tilewise.search._space import SearchSpace
 
@@ -451,7 +460,7 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
                 return self._best_by("ei", fit, dists, seen, observed)
             score = np.where(near, -fit.mean, -np.inf)
         else:
-            score = self._parzen(dists, fit.candidates, observed)
+            score = parzen_scores(self._names, dists, fit.candidates, observed, self._good_fraction)
         score = np.where(fresh, score, -np.inf)
         return fit.candidates[int(np.argmax(score))]
 
@@ -465,32 +474,6 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
             for value in dists[n].choices
             if value != config[i]
         ]
-
-    def _parzen(
-        self,
-        dists: Mapping[str, CategoricalDistribution],
-        candidates: Sequence[Config],
-        observed: list[tuple[Config, float]],
-    ) -> np.ndarray:
-        """TPE's ratio l(x) / g(x) with independent categorical fields, in logs.
-
-        The best ``good_fraction`` of the evaluated configurations (at least one) are "good",
-        the rest "bad"; per field, each value's frequency in either group with add-one
-        smoothing. It needs no model of how fields combine, so it keeps finding values the
-        forest has not learnt to value yet.
-        """
-        ranked = sorted(observed, key=lambda o: o[1] if math.isfinite(o[1]) else math.inf)
-        n_good = max(1, int(self._good_fraction * len(ranked)))
-        good, bad = ranked[:n_good], ranked[n_good:]
-        score = np.zeros(len(candidates))
-        for i, n in enumerate(self._names):
-            k = len(dists[n].choices)
-            count_good = Counter(c[i] for c, _ in good)
-            count_bad = Counter(c[i] for c, _ in bad)
-            values = [c[i] for c in candidates]
-            score += np.log([(count_good.get(v, 0) + 1) / (len(good) + k) for v in values])
-            score -= np.log([(count_bad.get(v, 0) + 1) / (len(bad) + k) for v in values])
-        return score
 
 
 def _log_times(observed: Sequence[tuple[Config, float]]) -> np.ndarray:

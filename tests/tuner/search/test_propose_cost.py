@@ -80,3 +80,35 @@ def test_a_drawn_pool_stays_its_size(tmp_path: Path) -> None:
     sampler = SurrogateSampler(space=unlisted, seed=1, pool_size=64, enumerate_limit=10)
     replay_search(space, sampler, budget=40)
     assert sampler._random_cache is not None and len(sampler._random_cache) <= 64
+
+
+def test_stopping_at_the_optimum_changes_no_figure(tmp_path: Path) -> None:
+    space = _space(tmp_path / "s.csv")
+    results = {
+        stop: run_strategies(space, strategies=["tpe"], budget=60, seeds=3, stop_at_optimum=stop)
+        for stop in (False, True)
+    }
+    full, stopped = (
+        summarize(space, results[stop], budget=60)["strategies"]["tpe"] for stop in (False, True)
+    )
+    for key in ("evals_to_5pct", "evals_to_1pct", "ratio_at"):
+        assert full[key] == stopped[key]
+    # The runs that found the optimum ended there.
+    lengths = {stop: [len(r.best_after) for r in results[stop][0].runs] for stop in results}
+    assert sum(lengths[True]) < sum(lengths[False]) == 3 * 60
+
+
+def test_the_default_start_spreads_every_fields_values(tmp_path: Path) -> None:
+    """Five start-up draws on a 12 x 12 x 3 space: five values of each 12-valued field, and
+    every value of the 3-valued one (uniform draws repeat values by chance)."""
+    space = _space(tmp_path / "s.csv")
+    for seed in range(3):
+        sampler = SurrogateSampler(
+            space=search_space_of(space), seed=seed, n_startup=5, spread=True
+        )
+        study = optuna.create_study(sampler=sampler)
+        for _ in range(5):
+            trial = study.ask(space.distributions)
+            study.tell(trial, space.evaluate(trial.params).time_ms)
+        for name, distinct in (("a", 5), ("b", 5), ("c", 3)):
+            assert len({t.params[name] for t in study.trials}) == distinct, (seed, name)
