@@ -7,7 +7,7 @@ space).
   domains small enough to filter with ``feasible``), otherwise random feasible draws plus every
   one-field change of the best configurations so far (a local search around the incumbents).
 * The first ``n_startup`` proposals are start-up draws: uniform over the pool, or with
-  ``spread`` (the default strategy: 5 of them) uniform among the candidates that take, in the
+  ``spread`` (the default strategy's) uniform among the candidates that take, in the
   most fields, a value used least so far (each field's values spread over the draws, as in a
   Latin hypercube), so that a few draws show the models each field at several values (uniform
   draws repeat values by chance) and the models start sooner. Then each step fits one of the
@@ -42,11 +42,11 @@ fields (tiles act through threads per block, elements per thread ...), and the a
 are the fields scaled to [0, 1] (sizes by log), one per field, so that a length scale is a
 field's. Nothing in them is specific to one kernel or one recorded space.
 
-Defaults of the class (10 uniform start-up draws, ``gp-ei``, ``ei`` and ``local`` in turn, 32
-trees, half the features per split, leaves of 2) were chosen on the three recorded GPU spaces
-then in shared/spaces and the cpu-twin spaces in tests/data over seeds 0-19; the default
-strategy's 5 spread start-up draws on conv_RTX3090, conv_A6000 and the 64^3 cpu-twin space over
-seeds 0-7 (see the README).
+Defaults of the class (10 start-up draws, ``gp-ei``, ``ei`` and ``local`` in turn, 32 trees,
+half the features per split, leaves of 2) were chosen on the three recorded GPU spaces then in
+shared/spaces and the cpu-twin spaces in tests/data over seeds 0-19; the spread start-up was
+compared with uniform draws on seven recorded spaces over seeds 0-19 (see the README's search
+section).
 """
 
 from __future__ import annotations

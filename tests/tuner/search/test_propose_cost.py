@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 
 import optuna
+import pytest
 
 from tilewise.search import ReplaySpace, replay_search
 from tilewise.search._bench import run_strategies, search_space_of, summarize
@@ -53,6 +54,7 @@ def test_the_timed_sampler_leaves_the_search_unchanged(tmp_path: Path) -> None:
     assert runs[0] == runs[1]
 
 
+@pytest.mark.slow
 def test_the_default_strategys_work_per_proposal_is_bounded(tmp_path: Path) -> None:
     """Structural, not timed: the hyperparameter fits see at most ``gp_fit_max``
     evaluations, the GP over a listed pool is conditioned afresh only when its hyperparameters
