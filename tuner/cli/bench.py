@@ -219,7 +219,7 @@ def _table(report: dict[str, Any]) -> Table:
         f"{report['seeds']} seeds from {report['first_seed']}"
     )
     table.add_column("strategy")
-    table.add_column("evals to 5%: median [q1, q3] missed", justify="right")
+    table.add_column("evals to 5%: median \\[q1, q3] missed", justify="right")
     table.add_column("evals to 1%", justify="right")
     entries = list(report["strategies"].values())
     checkpoints = list(entries[0]["ratio_at"]) if entries else []
