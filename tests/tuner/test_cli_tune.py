@@ -70,3 +70,16 @@ def test_ctrl_c_stops_after_the_evaluation_in_flight_and_says_what_was_kept(
     assert "Traceback" not in stderr
     kept = _count(db, "tw_records")
     assert kept >= 2 and _count(db, "tw_tilings") == 0
+
+
+def test_the_summary_says_what_proposing_cost(tmp_path: Path) -> None:
+    """The strategy's seconds per proposal: in the JSON, and a line of the table's summary."""
+    args = ("tune", "scale_relu_dropout", "--shape", SHAPE, "--budget", "3", "--seed", "2")
+    done = tilewise(*args, "--json", tmp_path=tmp_path, db=f"sqlite:///{tmp_path / 'a.db'}")
+    assert done.returncode == 0, done.stderr
+    times = json.loads(done.stdout)["propose_s"]
+    assert set(times) == {"median_s", "cpu_median_s", "late_s", "total_s"}
+    assert times["median_s"] is not None and 0 <= times["median_s"] <= times["total_s"]
+    shown = tilewise(*args, tmp_path=tmp_path, db=f"sqlite:///{tmp_path / 'b.db'}")
+    assert shown.returncode == 0, shown.stderr
+    assert "s median per proposal (CPU" in shown.stdout and "s in all" in shown.stdout

@@ -175,6 +175,12 @@ def tune(
         f"{p.rejected_static} rejected before compiling, {p.rejected_build} after building, "
         f"{p.failed} failed, {result.seconds:.1f} s"
     )
+    propose = p.propose.summary()
+    if propose["median_s"] is not None:
+        out.print(
+            f"proposing: {propose['median_s']:.3f} s median per proposal "
+            f"(CPU {propose['cpu_median_s']:.3f} s), {propose['total_s']:.1f} s in all"
+        )
     previous = Tiling(stored_before.tiling) if stored_before else None
     if previous is not None and previous != result.best.tiling:
         out.print(

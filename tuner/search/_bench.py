@@ -26,6 +26,7 @@ from tilewise.errors import InputError
 from tilewise.search._replay import ReplayRun, ReplaySpace, replay_search
 from tilewise.search._space import SearchSpace
 from tilewise.search._strategies import make_sampler
+from tilewise.search._timing import summarize_times
 
 CHECKPOINTS: tuple[int, ...] = (25, 50, 100, 200)
 THRESHOLDS: dict[str, float] = {"evals_to_5pct": 0.05, "evals_to_1pct": 0.01}
@@ -62,7 +63,11 @@ def run_strategies(
     seeds: int | Sequence[int],
     warm_start: Sequence[Mapping[str, Any]] = (),
     on_run: Callable[[str, int], None] | None = None,
+    stop_at_optimum: bool = False,
 ) -> list[StrategyRuns]:
+    """Each strategy (and its ``+warm`` variant) once per seed. ``stop_at_optimum`` ends a run
+    once it has found the optimum: every figure of the report is the same (a run's best then
+    stays the optimum to the budget), only proposals after it are not made or timed."""
     results: list[StrategyRuns] = []
     variants: list[tuple[str, Sequence[Mapping[str, Any]]]] = [(n, ()) for n in strategies]
     if warm_start:
@@ -75,7 +80,10 @@ def run_strategies(
         for seed in range(seeds) if isinstance(seeds, int) else seeds:
             result.seeds.append(seed)
             sampler = make_sampler(seed, strategy=strategy, space=known)
-            result.runs.append(replay_search(space, sampler, budget=budget, warm_start=warm))
+            stop = space.optimum_ms if stop_at_optimum else None
+            result.runs.append(
+                replay_search(space, sampler, budget=budget, warm_start=warm, stop_at_ms=stop)
+            )
             if on_run is not None:
                 on_run(label, seed)
         result.seconds = time.perf_counter() - started
@@ -121,6 +129,7 @@ def summarize(
             if n <= budget
         }
         entry["seconds"] = round(result.seconds, 1)
+        entry["propose_s"] = summarize_times([run.propose for run in result.runs])
         strategies[result.name] = entry
     return {
         "space": str(space.path),

@@ -19,6 +19,7 @@ from tilewise.kernels.backends import Backend
 from tilewise.kernels.ops import OpSpec
 from tilewise.kernels.targets import TargetProfile
 from tilewise.search._measure import Measurer
+from tilewise.search._timing import ProposeTimes
 from tilewise.settings import Settings
 from tilewise.status import RecordSource
 from tilewise.store import RecordStatus
@@ -56,6 +57,7 @@ class Progress:
     screened: int = 0  # candidates the strategy checked statically before proposing
     screened_out: int = 0  # ... and rejected there
     proposals: int = 0  # tilings the strategy proposed
+    propose: ProposeTimes = field(default_factory=ProposeTimes)  # its seconds per proposal
 
     @property
     def infeasible(self) -> int:

@@ -146,3 +146,71 @@ def neg_log_posterior(
     grad[:d] += ls_dev / _LOG_LS_SD**2
     grad[d + 1] += noise_dev / _LOG_NOISE_SD**2
     return float(value), grad
+
+
+class PooledPosterior:
+    """A GP's posterior over a fixed list of candidates, conditioned one observation at a time.
+
+    With the hyperparameters ``theta`` fixed, adding k observations to n extends the Cholesky
+    factor L of the kernel matrix by k rows and V = L^-1 K(X, candidates) by k rows: O(k n m)
+    for m candidates, where conditioning from scratch costs O(n^2 m). The posterior is the
+    same as :class:`GaussianProcess`'s with that ``theta`` (up to rounding): mean
+    V^T L^-1 y, variance signal - the column sums of V^2.
+    """
+
+    def __init__(self, theta: np.ndarray, candidates: np.ndarray) -> None:
+        d = candidates.shape[1]
+        self.theta = theta
+        self._scales = np.exp(theta[:d])
+        self._signal = math.exp(theta[d])
+        self._noise = math.exp(theta[d + 1])
+        self._xc = candidates
+        self.x = np.empty((0, d))
+        self._chol = np.empty((0, 0))
+        self._v = np.empty((16, len(candidates)))  # rows beyond len(self.x): room to grow
+        self._vsq = np.zeros(len(candidates))
+
+    def _k(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        out: np.ndarray = self._signal * _matern52(np.sqrt(_scaled_sqdist(a, b, self._scales)))
+        return out
+
+    def add(self, x_new: np.ndarray, *, chunk: int = 4096) -> None:
+        """Condition on the observations at ``x_new`` (k x d) as well."""
+        if len(x_new) == 0:
+            return
+        n, k = len(self.x), len(x_new)
+        c = self._k(x_new, x_new)
+        c[np.diag_indices_from(c)] += self._noise + _JITTER
+        s = solve_triangular(self._chol, self._k(self.x, x_new), lower=True) if n else None
+        if s is not None:
+            c -= s.T @ s
+        t = np.linalg.cholesky(c)
+        chol = np.zeros((n + k, n + k))
+        chol[:n, :n] = self._chol
+        if s is not None:
+            chol[n:, :n] = s.T
+        chol[n:, n:] = t
+        if n + k > len(self._v):  # doubling: copying V at every step would cost O(n m)
+            grown = np.empty((max(2 * len(self._v), n + k), self._v.shape[1]))
+            grown[:n] = self._v[:n]
+            self._v = grown
+        rows = self._v[n : n + k]
+        for a in range(0, len(self._xc), chunk):
+            kc = self._k(x_new, self._xc[a : a + chunk])
+            if s is not None:
+                kc -= s.T @ self._v[:n, a : a + chunk]
+            rows[:, a : a + chunk] = solve_triangular(t, kc, lower=True)
+        self._chol = chol
+        self._vsq += (rows * rows).sum(0)
+        self.x = np.vstack([self.x, x_new])
+
+    def predict(self, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Posterior mean and standard deviation at every candidate, given the values ``y`` of
+        the observations added so far (standardized here, as :class:`GaussianProcess` does)."""
+        if len(y) != len(self.x) or len(y) == 0:
+            raise ValueError(f"PooledPosterior: {len(y)} values for {len(self.x)} observations")
+        mu, sd = float(y.mean()), float(y.std()) or 1.0
+        w = solve_triangular(self._chol, (y - mu) / sd, lower=True)
+        mean = self._v[: len(w)].T @ w
+        var = np.maximum(self._signal - self._vsq, 1e-12)
+        return mean * sd + mu, np.sqrt(var) * sd

@@ -29,6 +29,8 @@ import optuna
 from optuna.distributions import BaseDistribution
 from optuna.trial import TrialState
 
+from tilewise.search._timing import ProposeTimes, TimedSampler
+
 log = logging.getLogger(__name__)
 
 #: Proposals in a row without an evaluation after which the space counts as exhausted.
@@ -57,6 +59,7 @@ class Counts(Protocol):
 
     proposals: int
     duplicates: int
+    propose: ProposeTimes
 
 
 def set_constraints(trial: optuna.Trial, constraints: Mapping[str, float]) -> None:
@@ -93,6 +96,11 @@ class AskTellLoop(ABC, Generic[K, R]):
     ) -> None:
         self.study, self.distributions = study, dict(distributions)
         self.budget, self.seen, self.counts = budget, seen, counts
+        # The sampler's own seconds per proposal (the storage's are not the strategy's).
+        sampler = study.sampler
+        if not isinstance(sampler, TimedSampler):
+            sampler = study.sampler = TimedSampler(sampler)
+        self.timer = sampler
 
     @abstractmethod
     def key(self, params: Mapping[str, Any]) -> K:
@@ -130,6 +138,7 @@ class AskTellLoop(ABC, Generic[K, R]):
             if self.should_end():
                 return
             self.counts.proposals += 1
+            wall, cpu = self.timer.seconds, self.timer.cpu_seconds
             trial = self.study.ask(self.distributions)
             key = self.key(trial.params)
             if key in self.seen:
@@ -140,6 +149,7 @@ class AskTellLoop(ABC, Generic[K, R]):
                 self.counts.duplicates += 1
                 idle += 1
                 self.study.tell(trial, state=TrialState.FAIL)
+                self._timed(wall, cpu)
                 self.told()
                 continue
             else:
@@ -147,7 +157,12 @@ class AskTellLoop(ABC, Generic[K, R]):
                 idle = idle + 1 if self.idle(result) else 0
             set_constraints(trial, result.constraints)
             self.study.tell(trial, result.value if result.value is not None else math.inf)
+            self._timed(wall, cpu)
             self.told()
             if idle > MAX_IDLE:
                 log.info("%d proposals in a row evaluated nothing: space exhausted", idle)
                 return
+
+    def _timed(self, wall: float, cpu: float) -> None:
+        """Add the sampler's seconds since (``wall``, ``cpu``) as one proposal's."""
+        self.counts.propose.add(self.timer.seconds - wall, self.timer.cpu_seconds - cpu)

@@ -33,6 +33,7 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution
 from tilewise.errors import InputError
 from tilewise.records import TIME_COLUMN
 from tilewise.search._loop import AskTellLoop
+from tilewise.search._timing import ProposeTimes
 
 Value = int | float | str
 Config = tuple[Value, ...]
@@ -183,6 +184,7 @@ class ReplayRun:
     best_ms: float | None = None
     proposals: int = 0
     duplicates: int = 0
+    propose: ProposeTimes = field(default_factory=ProposeTimes)  # the sampler's seconds
 
     def evaluations_to(self, bound_ms: float) -> int | None:
         """Evaluations until the best-so-far was at most ``bound_ms``; None if never."""
@@ -205,20 +207,24 @@ def replay_search(
     budget: int,
     warm_start: Sequence[Mapping[str, Any]] = (),
     on_evaluation: Callable[[ReplayRun], None] | None = None,
+    stop_at_ms: float | None = None,
 ) -> ReplayRun:
     """Search ``space`` with ``sampler`` until ``budget`` evaluations (in-memory study).
 
     ``warm_start`` configurations are enqueued first. Like the Tuner: a configuration is
     evaluated at most once (a repeat proposal is told its earlier outcome for free), failures and
     rejections are told as ``inf`` with constraints, and the loop gives up after many proposals
-    without an evaluation (an exhausted space).
+    without an evaluation (an exhausted space). ``stop_at_ms`` ends the run once a time at most
+    that has been found (a benchmark that knows the optimum: nothing after it changes a figure).
     """
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(sampler=sampler, direction="minimize")
     for params in warm_start:
         study.enqueue_trial(dict(params), skip_if_exists=True)
     run = ReplayRun()
-    _ReplayLoop(space, study, budget=budget, run=run, on_evaluation=on_evaluation).run()
+    _ReplayLoop(
+        space, study, budget=budget, run=run, on_evaluation=on_evaluation, stop_at_ms=stop_at_ms
+    ).run()
     return run
 
 
@@ -234,10 +240,15 @@ class _ReplayLoop(AskTellLoop[Config, ReplayResult]):
         budget: int,
         run: ReplayRun,
         on_evaluation: Callable[[ReplayRun], None] | None,
+        stop_at_ms: float | None = None,
     ) -> None:
         super().__init__(study, space.distributions, budget=budget, seen={}, counts=run)
         self.space, self.progress, self.on_evaluation = space, run, on_evaluation
-        self.start = space.evaluations
+        self.start, self.stop_at_ms = space.evaluations, stop_at_ms
+
+    def should_end(self) -> bool:
+        best = self.progress.best_ms
+        return self.stop_at_ms is not None and best is not None and best <= self.stop_at_ms
 
     def key(self, params: Mapping[str, Any]) -> Config:
         return self.space.config_of(params)

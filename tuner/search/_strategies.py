@@ -52,6 +52,21 @@ def _gp(seed: int | None, space: SearchSpace | None) -> optuna.samplers.BaseSamp
 def _surrogate(seed: int | None, space: SearchSpace | None) -> optuna.samplers.BaseSampler:
     from tilewise.search._surrogate import SurrogateSampler
 
+    return SurrogateSampler(space=space, seed=seed, spread=True)
+
+
+def _surrogate_spread5(seed: int | None, space: SearchSpace | None) -> optuna.samplers.BaseSampler:
+    # Half as many spread start-up draws: faster on some spaces, slower on others (see the
+    # README's search section).
+    from tilewise.search._surrogate import SurrogateSampler
+
+    return SurrogateSampler(space=space, seed=seed, n_startup=5, spread=True)
+
+
+def _surrogate_gp10(seed: int | None, space: SearchSpace | None) -> optuna.samplers.BaseSampler:
+    # The default before spread start-up draws: as many (10), uniform, then the same models.
+    from tilewise.search._surrogate import SurrogateSampler
+
     return SurrogateSampler(space=space, seed=seed)
 
 
@@ -83,6 +98,8 @@ def _surrogate_mix(seed: int | None, space: SearchSpace | None) -> optuna.sample
 #: strategy name -> factory(seed, space). "default" is what ``tilewise tune`` uses.
 STRATEGIES: dict[str, Factory] = {
     "default": _surrogate,
+    "surrogate-gp10": _surrogate_gp10,
+    "surrogate-spread5": _surrogate_spread5,
     "surrogate-forest": _surrogate_forest,
     "surrogate-ei": _surrogate_ei,
     "surrogate-mix": _surrogate_mix,

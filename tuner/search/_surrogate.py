@@ -6,7 +6,11 @@ space).
   before: the whole feasible set when it can be listed (a recorded space, or a product of the
   domains small enough to filter with ``feasible``), otherwise random feasible draws plus every
   one-field change of the best configurations so far (a local search around the incumbents).
-* The first ``n_startup`` proposals are uniform over the pool. Then each step fits one of the
+* The first ``n_startup`` proposals are start-up draws: uniform over the pool, or with
+  ``spread`` (the default strategy's) uniform among the candidates that take, in the
+  most fields, a value used least so far (each field's values spread over the draws, as in a
+  Latin hypercube), so that a few draws show the models each field at several values (uniform
+  draws repeat values by chance) and the models start sooner. Then each step fits one of the
   models to log(time) of every evaluated configuration (failures count as the slowest time
   seen) and proposes the unseen candidate that scores best under the step's acquisition. The
   acquisitions, taken in turn from ``acquisitions``: ``ei``, the expected improvement under the
@@ -23,10 +27,13 @@ space).
   tell apart around the incumbent (two tilings that differ in one block size and by 0.01%).
   Either model alone lost somewhere (see the README's search section): the GP alone on the
   rugged conv_MI250X space, the forest alone in the first 25 evaluations.
-* To stay cheap on long runs the forest is refitted every ``max(1, n // refit_divisor)``
-  evaluations and the GP's hyperparameters each time the evaluations grew by
-  ``gp_refit_growth``; in between the forest's predictions are reused and the GP conditions on
-  the new evaluations with the hyperparameters it has.
+* What a proposal costs is bounded (the README's search section has the seconds): the forest
+  is refitted every ``max(1, n // refit_divisor)`` evaluations (its predictions reused in
+  between); the GP's hyperparameters each time the evaluations grew by ``gp_refit_growth``, on
+  at most ``gp_fit_max`` of them; in between, the GP's posterior over a listed pool is extended
+  by the new evaluations (O(n) per candidate, not O(n^2)); past ``gp_max_entries`` numbers in
+  that posterior the forest takes the GP's turns; a drawn pool stays ``pool_size`` draws plus
+  the incumbents' neighbours. Linear algebra runs on one BLAS thread.
 
 The forest's features are the tunables' values (numbers as they are, other choices by index),
 plus two generic ones for tile sizes: the log-product and log-ratio of every pair of size-like
@@ -35,9 +42,11 @@ fields (tiles act through threads per block, elements per thread ...), and the a
 are the fields scaled to [0, 1] (sizes by log), one per field, so that a length scale is a
 field's. Nothing in them is specific to one kernel or one recorded space.
 
-Defaults (10 uniform start-up draws, ``gp-ei``, ``ei`` and ``local`` in turn, 32 trees, half
-the features per split, leaves of 2) were chosen on the three recorded GPU spaces in
-shared/spaces and the cpu-twin spaces in tests/data over seeds 0-19 (see the README).
+Defaults of the class (10 start-up draws, ``gp-ei``, ``ei`` and ``local`` in turn, 32 trees,
+half the features per split, leaves of 2) were chosen on the three recorded GPU spaces then in
+shared/spaces and the cpu-twin spaces in tests/data over seeds 0-19; the spread start-up was
+compared with uniform draws on seven recorded spaces over seeds 0-19 (see the README's search
+section).
 """
 
 from __future__ import annotations
@@ -45,7 +54,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,11 +63,14 @@ import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution
 from optuna.study import Study
 from optuna.trial import FrozenTrial, TrialState
+from threadpoolctl import ThreadpoolController
 
-from tilewise.search._gp import GaussianProcess
+from tilewise.search._features import forest_features, parzen_scores, unit_features
+from tilewise.search._gp import GaussianProcess, PooledPosterior
 from tilewise.search._space import SearchSpace
 
 Config = tuple[Any, ...]
+_BLAS = ThreadpoolController()
 
 #: How the next configuration is picked from the forest's prediction: expected improvement,
 #: the best predicted one-field change of the incumbent, the best predicted mean anywhere
@@ -96,6 +108,9 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
         acquisitions: Sequence[str] = ("gp-ei", "ei", "local"),
         good_fraction: float = 0.1,
         gp_refit_growth: float = 0.1,
+        gp_fit_max: int = 200,
+        gp_max_entries: int = 2**24,
+        spread: bool = False,
     ) -> None:
         unknown = set(acquisitions) - set(ACQUISITIONS)
         if not acquisitions or unknown:
@@ -111,6 +126,14 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
         self._max_features, self._min_leaf = max_features, min_leaf
         self._acquisitions, self._good_fraction = tuple(acquisitions), good_fraction
         self._gp_refit_growth = gp_refit_growth
+        self._gp_fit_max, self._gp_max_entries = gp_fit_max, gp_max_entries
+        self._spread = spread
+        self._posterior: PooledPosterior | None = None  # the GP over a listed pool
+        self._posterior_configs: list[Config] = []  # ... conditioned on these, in this order
+        #: Observations each hyperparameter fit saw, and how often the pool's posterior was
+        #: conditioned afresh (not extended): what bounds the cost of a proposal.
+        self.gp_fits: list[int] = []
+        self.gp_conditioned_afresh = 0
         self._gp_theta: np.ndarray | None = None  # the GP's last fitted hyperparameters
         self._gp_theta_n = 0  # ... and the evaluations they were fitted to
         self._model_steps = 0  # proposals made from the model, which pick the acquisition
@@ -144,11 +167,15 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
         names = tuple(sorted(dists))
         if names != self._names:
             self._names, self._pool_ready, self._fit, self._fitted_at = names, False, None, -1
-            self._gp_theta = None
+            self._gp_theta, self._posterior = None, None
             self._random_cache = None  # configurations of another space
         full = {**{n: d for n, d in search_space.items() if d.single()}, **dists}
         seen, observed = self._history(study, trial, names)
-        config = self._propose(full, dists, seen, observed)
+        # One BLAS thread: the matrices here have a few hundred rows, which gain nothing from
+        # more, and on a busy host BLAS threads spin waiting for each other (a 200 x 200
+        # Cholesky factor took 0.6 s where it takes a millisecond).
+        with _BLAS.limit(limits=1, user_api="blas"):
+            config = self._propose(full, dists, seen, observed)
         return {} if config is None else dict(zip(names, config, strict=True))
 
     def sample_independent(
@@ -207,9 +234,9 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
     ) -> list[Config]:
         """Random feasible configurations of a space too large to list.
 
-        The first call draws up to ``pool_size`` of them; later calls keep those and add an
-        eighth as many fresh draws, so the static check (the cost of screening) is not paid
-        again for the whole pool at every proposal.
+        The first call draws up to ``pool_size`` of them; later calls add an eighth as many
+        fresh draws and drop the oldest, so the static check (the cost of screening) is not
+        paid again for the whole pool at every proposal, and the pool stays ``pool_size``.
         """
         first = self._random_cache is None
         wanted = self._pool_size if first else max(1, self._pool_size // 8)
@@ -221,7 +248,10 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
                 found.append(config)
                 if len(found) >= wanted:
                     break
-        self._random_cache = list(dict.fromkeys([*(self._random_cache or []), *found]))
+        # The newest ``pool_size`` only: a pool that grew with every proposal made each model
+        # step (and each forest prediction) dearer the longer the search ran.
+        merged = list(dict.fromkeys([*(self._random_cache or []), *found]))
+        self._random_cache = merged[-self._pool_size :]
         return self._random_cache
 
     def _neighbours(
@@ -248,11 +278,17 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
             self._pool, self._pool_ready = self._listed_pool(full, dists), True
         finite = [v for _, v in observed if math.isfinite(v) and v > 0]
         if len(observed) < self._n_startup or not finite:
-            return self._uniform(full, dists, seen)
+            return (
+                self._start(full, dists, seen) if self._spread else self._uniform(full, dists, seen)
+            )
         acquisition = self._acquisitions[self._model_steps % len(self._acquisitions)]
         self._model_steps += 1
+        if acquisition in GP_ACQUISITIONS and not self._gp_affordable(len(observed)):
+            acquisition = acquisition.removeprefix("gp-")  # the forest's turn instead
         if acquisition in GP_ACQUISITIONS:
-            fit = self._gp_model(dists, self._candidates(full, dists, seen, observed), observed)
+            fit = self._gp_model(
+                dists, lambda: self._candidates(full, dists, seen, observed), observed
+            )
             acquisition = acquisition.removeprefix("gp-")
         else:
             n = len(observed)
@@ -264,6 +300,35 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
             fit = self._fit
         config = self._best_by(acquisition, fit, dists, seen, observed)
         return config if config is not None else self._uniform(full, dists, seen)
+
+    def _gp_affordable(self, n: int) -> bool:
+        """Whether the GP still takes its turns with ``n`` evaluations: while its posterior over
+        a listed pool holds at most ``gp_max_entries`` numbers (n x pool size), and on a
+        drawn pool up to 1,000 evaluations. Past that the forest, whose cost grows as n log n,
+        carries on alone: the GP's strength is in the first evaluations."""
+        if self._pool is not None:
+            return n * len(self._pool) <= self._gp_max_entries
+        return n <= 1000
+
+    def _start(
+        self,
+        full: Mapping[str, BaseDistribution],
+        dists: Mapping[str, CategoricalDistribution],
+        seen: set[Config],
+    ) -> Config | None:
+        """A start-up proposal: uniform among the unseen candidates that take, in the most
+        fields, one of the values used least so far (a Latin-hypercube-like spread over each
+        field's values, within the feasible configurations), so that the first models see
+        every field at several values."""
+        pool = self._pool if self._pool is not None else self._random_configs(full, dists)
+        fresh = [c for c in pool if c not in seen]
+        if not fresh:
+            return None
+        counts = [Counter(c[i] for c in seen) for i in range(len(self._names))]
+        least = [min(counts[i][c[i]] for c in fresh) for i in range(len(self._names))]
+        score = np.array([sum(counts[i][v] == least[i] for i, v in enumerate(c)) for c in fresh])
+        top = np.flatnonzero(score == score.max())
+        return fresh[int(top[self._rng.integers(len(top))])]
 
     def _uniform(
         self,
@@ -288,7 +353,9 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
 
         if not candidates:
             return _Fit([], np.empty(0), np.empty(0))
-        x = self._encode(dists, [c for c, _ in observed])
+        x = forest_features(
+            self._names, dists, [c for c, _ in observed], pairs=self._pairs, align=self._align
+        )
         y = _log_times(observed)
         forest = RandomForestRegressor(
             bootstrap=True,
@@ -297,7 +364,7 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
             min_samples_leaf=self._min_leaf,
             random_state=int(self._rng.integers(2**31)),
         ).fit(x, y)
-        xc = self._encode(dists, candidates)
+        xc = forest_features(self._names, dists, candidates, pairs=self._pairs, align=self._align)
         per_tree = np.stack([tree.predict(xc) for tree in forest.estimators_])
         return _Fit(candidates, per_tree.mean(axis=0), np.maximum(per_tree.std(axis=0), 1e-9))
 
@@ -317,30 +384,48 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
     def _gp_model(
         self,
         dists: Mapping[str, CategoricalDistribution],
-        candidates: list[Config],
+        candidates: Callable[[], list[Config]],
         observed: list[tuple[Config, float]],
     ) -> _Fit:
         """The GP's prediction (mean and spread of log time) for every candidate.
 
         Its hyperparameters are fitted again once the evaluations have grown by
-        ``gp_refit_growth`` since the last fit (a fit costs O(n^3) per optimizer step); in
-        between the GP conditions on every evaluation with the last ones.
+        ``gp_refit_growth`` since the last fit, to at most ``gp_fit_max`` of them (a random
+        subset beyond: the fit costs O(n^3) per optimizer step, and a few hundred points pin
+        down a length scale per field). In between, on a listed pool, the posterior over the
+        whole pool is extended by the new evaluations (:class:`PooledPosterior`, O(n) per
+        candidate where conditioning afresh costs O(n^2)); on a pool drawn anew at every step
+        the GP conditions on every evaluation with the last hyperparameters.
         """
-        if not candidates:
-            return _Fit([], np.empty(0), np.empty(0))
         n = len(observed)
-        refit = self._gp_theta is None or n >= self._gp_theta_n * (1 + self._gp_refit_growth)
-        theta = None if refit else self._gp_theta
-        gp = GaussianProcess(
-            self._unit_features(dists, [c for c, _ in observed]),
-            _log_times(observed),
-            theta=theta,
-            rng=self._rng,
-        )
-        if refit:
-            self._gp_theta, self._gp_theta_n = gp.theta, n
-        mean, std = gp.predict(self._unit_features(dists, candidates))
-        return _Fit(candidates, mean, np.maximum(std, 1e-9))
+        x = unit_features(self._names, dists, [c for c, _ in observed])
+        y = _log_times(observed)
+        if self._gp_theta is None or n >= self._gp_theta_n * (1 + self._gp_refit_growth):
+            subset = (
+                np.sort(self._rng.choice(n, self._gp_fit_max, replace=False))
+                if n > self._gp_fit_max
+                else np.arange(n)
+            )
+            self._gp_theta = GaussianProcess(x[subset], y[subset], rng=self._rng).theta
+            self._gp_theta_n = n
+            self.gp_fits.append(len(subset))
+        if self._pool is None:
+            pool = candidates()
+            if not pool:
+                return _Fit([], np.empty(0), np.empty(0))
+            gp = GaussianProcess(x, y, theta=self._gp_theta)
+            mean, std = gp.predict(unit_features(self._names, dists, pool))
+            return _Fit(pool, mean, np.maximum(std, 1e-9))
+        configs = [c for c, _ in observed]
+        post, known = self._posterior, self._posterior_configs
+        if post is None or post.theta is not self._gp_theta or configs[: len(known)] != known:
+            post = PooledPosterior(self._gp_theta, unit_features(self._names, dists, self._pool))
+            self._posterior, known = post, []
+            self.gp_conditioned_afresh += 1
+        post.add(x[len(known) :])
+        self._posterior_configs = configs
+        mean, std = post.predict(y)
+        return _Fit(self._pool, mean, np.maximum(std, 1e-9))
 
     def _best_by(
         self,
@@ -375,7 +460,7 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
                 return self._best_by("ei", fit, dists, seen, observed)
             score = np.where(near, -fit.mean, -np.inf)
         else:
-            score = self._parzen(dists, fit.candidates, observed)
+            score = parzen_scores(self._names, dists, fit.candidates, observed, self._good_fraction)
         score = np.where(fresh, score, -np.inf)
         return fit.candidates[int(np.argmax(score))]
 
@@ -390,97 +475,9 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
             if value != config[i]
         ]
 
-    def _parzen(
-        self,
-        dists: Mapping[str, CategoricalDistribution],
-        candidates: Sequence[Config],
-        observed: list[tuple[Config, float]],
-    ) -> np.ndarray:
-        """TPE's ratio l(x) / g(x) with independent categorical fields, in logs.
-
-        The best ``good_fraction`` of the evaluated configurations (at least one) are "good",
-        the rest "bad"; per field, each value's frequency in either group with add-one
-        smoothing. It needs no model of how fields combine, so it keeps finding values the
-        forest has not learnt to value yet.
-        """
-        ranked = sorted(observed, key=lambda o: o[1] if math.isfinite(o[1]) else math.inf)
-        n_good = max(1, int(self._good_fraction * len(ranked)))
-        good, bad = ranked[:n_good], ranked[n_good:]
-        score = np.zeros(len(candidates))
-        for i, n in enumerate(self._names):
-            k = len(dists[n].choices)
-            count_good = Counter(c[i] for c, _ in good)
-            count_bad = Counter(c[i] for c, _ in bad)
-            values = [c[i] for c in candidates]
-            score += np.log([(count_good.get(v, 0) + 1) / (len(good) + k) for v in values])
-            score -= np.log([(count_bad.get(v, 0) + 1) / (len(bad) + k) for v in values])
-        return score
-
-    def _encode(
-        self, dists: Mapping[str, CategoricalDistribution], configs: Sequence[Config]
-    ) -> np.ndarray:
-        columns: list[np.ndarray] = []
-        sizes: list[int] = []  # of the positive numeric fields with more than two values
-        for i, n in enumerate(self._names):
-            choices = dists[n].choices
-            numeric = all(isinstance(v, int | float) and not isinstance(v, bool) for v in choices)
-            index = {v: k for k, v in enumerate(choices)}
-            column = np.array([float(c[i]) if numeric else float(index[c[i]]) for c in configs])
-            columns.append(column)
-            positive = all(isinstance(v, int | float) and v > 0 for v in choices)
-            if self._pairs and numeric and positive and len(choices) > 2:
-                sizes.append(len(columns) - 1)
-            if self._align and numeric and len(choices) > 2 and not _all_powers_of_two(choices):
-                # Alignment (the largest power of two dividing a size) decides vector widths,
-                # coalescing and bank conflicts; from the raw value it takes many splits.
-                columns.append(np.array([_alignment(c[i]) for c in configs], dtype=float))
-        if self._pairs:
-            # Tile sizes act through their products and ratios (threads per block, elements
-            # per thread ...), which axis-aligned splits on single fields approximate badly.
-            logs = {k: np.log2(columns[k]) for k in sizes}
-            for a, b in itertools.combinations(sizes, 2):
-                columns += [logs[a] + logs[b], logs[a] - logs[b]]
-        return np.stack(columns, axis=1)
-
-    def _unit_features(
-        self, dists: Mapping[str, CategoricalDistribution], configs: Sequence[Config]
-    ) -> np.ndarray:
-        """The GP's features: one column per field in [0, 1]; sizes (positive numbers with
-        more than two values) on a log scale, other numbers linearly; a field whose choices
-        are not numbers one 0/1 column per choice (their order means nothing)."""
-        columns: list[np.ndarray] = []
-        for i, n in enumerate(self._names):
-            choices = dists[n].choices
-            numbers = [float(v) for v in choices if isinstance(v, int | float)]
-            if len(numbers) < len(choices) or any(isinstance(v, bool) for v in choices):
-                for choice in choices:
-                    columns.append(np.array([float(c[i] == choice) for c in configs]))
-                continue
-            values = np.array([float(c[i]) for c in configs])
-            lo, hi = min(numbers), max(numbers)
-            if lo > 0 and len(numbers) > 2:
-                values, lo, hi = np.log2(values), math.log2(lo), math.log2(hi)
-            columns.append((values - lo) / (hi - lo) if hi > lo else np.zeros(len(configs)))
-        return np.stack(columns, axis=1)
-
 
 def _log_times(observed: Sequence[tuple[Config, float]]) -> np.ndarray:
     """log(time) of each evaluation; a failure counts as the slowest time seen."""
     finite = [v for _, v in observed if math.isfinite(v) and v > 0]
     worst = math.log(max(finite))
     return np.array([math.log(v) if math.isfinite(v) and v > 0 else worst for _, v in observed])
-
-
-def _alignment(value: float) -> float:
-    """log2 of the largest power of two (up to 2**10) dividing an integer value; 0 otherwise."""
-    if value != int(value) or value == 0:
-        return 0.0
-    v, k = int(value), 0
-    while v % 2 == 0 and k < 10:
-        v //= 2
-        k += 1
-    return float(k)
-
-
-def _all_powers_of_two(choices: Sequence[Any]) -> bool:
-    return all(float(c).is_integer() and c > 0 and (int(c) & (int(c) - 1)) == 0 for c in choices)

@@ -93,9 +93,15 @@ class TuneResult:
             "screened": p.screened,
             "failed": p.failed,
             "seconds": round(self.seconds, 3),
+            # The strategy's seconds per proposal (median wall, median CPU) and in all.
+            "propose_s": _rounded(p.propose.summary()),
             "stopped": self.stopped,
             "earlier_evaluations": self.earlier_evaluations,
         }
+
+
+def _rounded(times: dict[str, float | None]) -> dict[str, float | None]:
+    return {k: None if v is None else round(v, 4) for k, v in times.items()}
 
 
 def optuna_storage(url: str) -> optuna.storages.RDBStorage:

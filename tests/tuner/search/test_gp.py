@@ -57,3 +57,24 @@ def test_reused_hyperparameters_give_the_same_prediction() -> None:
 def test_mismatched_data_is_refused() -> None:
     with pytest.raises(ValueError, match="do not match"):
         GaussianProcess(np.zeros((3, 2)), np.zeros(4))
+
+
+def test_the_pooled_posterior_extended_step_by_step_is_the_gp_conditioned_afresh() -> None:
+    """Adding observations one or a few at a time gives the posterior of a GP conditioned on
+    all of them at once with the same hyperparameters."""
+    from tilewise.search._gp import PooledPosterior
+
+    rng = np.random.default_rng(3)
+    x = rng.random((40, 3))
+    y = np.sin(5 * x[:, 0]) + x[:, 1] ** 2
+    pool = rng.random((300, 3))
+    theta = GaussianProcess(x[:20], y[:20], rng=rng).theta
+    posterior = PooledPosterior(theta, pool)
+    for a, b in ((0, 20), (20, 21), (21, 25), (25, 40)):
+        posterior.add(x[a:b])
+        mean, std = posterior.predict(y[:b])
+        want_mean, want_std = GaussianProcess(x[:b], y[:b], theta=theta).predict(pool)
+        np.testing.assert_allclose(mean, want_mean, rtol=1e-7, atol=1e-9)
+        np.testing.assert_allclose(std, want_std, rtol=1e-6, atol=1e-9)
+    with pytest.raises(ValueError, match="39 values for 40 observations"):
+        posterior.predict(y[:39])

@@ -20,6 +20,7 @@ from tilewise.kernels.ops import get_op
 from tilewise.kernels.targets import twin_target
 from tilewise.search import STRATEGIES, Budget, ReplaySpace, Tuner, make_sampler, replay_search
 from tilewise.search._bench import search_space_of
+from tilewise.search._features import parzen_scores, unit_features
 from tilewise.search._surrogate import SurrogateSampler
 from tilewise.search._warm import nearest_tuned_tilings, shape_distance
 from tilewise.settings import Settings
@@ -141,11 +142,10 @@ def test_an_unknown_acquisition_is_refused() -> None:
 def test_parzen_prefers_the_values_of_the_best_configurations() -> None:
     dist = optuna.distributions.CategoricalDistribution
     dists = {"a": dist((1, 2, 4)), "b": dist((0, 1))}
-    sampler = SurrogateSampler(good_fraction=0.2)
-    sampler._names = ("a", "b")
     # The two fastest of ten have a=4, b=1; the slow ones mostly a=1 or a=2 and b=0.
     observed = [((4, 1), 1.0), ((4, 1), 1.1)] + [((1 + i % 2, 0), 5.0 + i) for i in range(8)]
-    scores = sampler._parzen(dists, [(4, 1), (4, 0), (1, 1), (1, 0)], observed)
+    candidates = [(4, 1), (4, 0), (1, 1), (1, 0)]
+    scores = parzen_scores(("a", "b"), dists, candidates, observed, 0.2)
     assert np.argmax(scores) == 0 and np.argmin(scores) == 3
     assert scores[1] > scores[3] and scores[2] > scores[3]  # each good value counts
 
@@ -179,9 +179,8 @@ def test_local_steps_change_one_field_of_the_best_configuration(tmp_path: Path, 
 def test_gp_features_scale_sizes_by_log_and_split_named_choices() -> None:
     dist = optuna.distributions.CategoricalDistribution
     dists = {"order": dist(("mk", "km", "nk")), "pad": dist((0, 1)), "tile": dist((16, 64, 256))}
-    sampler = SurrogateSampler()
-    sampler._names = ("order", "pad", "tile")
-    x = sampler._unit_features(dists, [("km", 1, 64), ("nk", 0, 16), ("mk", 0, 256)])
+    names = ("order", "pad", "tile")
+    x = unit_features(names, dists, [("km", 1, 64), ("nk", 0, 16), ("mk", 0, 256)])
     # order: one 0/1 column per choice; pad: linear; tile: log2 in [0, 1] (64 is halfway)
     assert x.tolist() == [
         [0.0, 1.0, 0.0, 1.0, 0.5],
