@@ -38,7 +38,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from tilewise.errors import InputError, close_matches, did_you_mean
+from tilewise.errors import InputError, did_you_mean
+from tilewise.kernels.ops import _inputs
 from tilewise.kernels.ops._carry import CarryRules, carry_rules
 from tilewise.kernels.ops._values import (
     C_DTYPES,
@@ -66,9 +67,7 @@ from tilewise.kernels.ops._values import (
     round_up,
 )
 from tilewise.kernels.targets import TargetProfile
-from tilewise.types import DTYPE_ALIASES, DTYPES, MAX_DIM, Shape, Tiling
-
-FLOAT32_MAX = float(np.finfo(np.float32).max)
+from tilewise.types import DTYPE_ALIASES, DTYPES, Shape, Tiling
 
 # The value types and helpers live in _values; the op modules import them from here too.
 __all__ = [
@@ -155,50 +154,7 @@ class OpSpec(ABC):
     # -- inputs ----------------------------------------------------------------------------
     def validate_shape(self, shape: Mapping[str, int], *, max_elements: int | None = None) -> Shape:
         """Return ``shape`` as a :class:`Shape`, or raise InputError naming what is wrong."""
-        if not isinstance(shape, Mapping):
-            raise InputError(
-                f"{self.name}: a shape maps dim names to integers, got {type(shape).__name__}"
-            )
-        unknown = sorted(set(shape) - set(self.dims), key=str)
-        if unknown:
-            raise InputError(
-                f"{self.name}: unknown dim {', '.join(map(str, unknown))}; dims are "
-                f"{', '.join(self.dims)}{self._renamed_dims_hint(shape, unknown)}"
-            )
-        missing = [d for d in self.dims if d not in shape]
-        if missing:
-            raise InputError(f"{self.name}: missing dim {', '.join(missing)}")
-        for dim in self.dims:
-            value = shape[dim]
-            if isinstance(value, bool) or not isinstance(value, int | np.integer):
-                raise InputError(f"{self.name}: dim {dim} must be an integer, got {value!r}")
-            floor = self.dim_floors.get(dim, 1)
-            if value < floor:
-                must = {0: "non-negative", 1: "positive"}.get(floor, f"at least {floor}")
-                raise InputError(f"{self.name}: dim {dim} must be {must}, got {value}")
-            if value > MAX_DIM:
-                raise InputError(f"{self.name}: dim {dim}={value} exceeds the limit {MAX_DIM}")
-        result = Shape({d: int(shape[d]) for d in self.dims})
-        if max_elements is not None:
-            largest = max(arg.elements for arg in self.gm_args(result, "float32"))
-            if largest > max_elements:
-                raise InputError(
-                    f"{self.name}: shape {result} needs a tensor of {largest} elements, "
-                    f"above the limit {max_elements}"
-                )
-        return result
-
-    def _renamed_dims_hint(self, shape: Mapping[str, int], unknown: list[str]) -> str:
-        """`` (did you mean M=256,N=256,K=256?)`` when every unknown dim is a dim misspelt (in
-        another case, say), and so the whole shape with the dims renamed; else the renames."""
-        renames = {u: close_matches(u, self.dims) for u in unknown}
-        found = {u: d[0] for u, d in renames.items() if len(d) == 1 and d[0] not in shape}
-        if not found:
-            return ""
-        fixed = {found.get(k, k): v for k, v in shape.items()}
-        if len(found) == len(unknown) == len(set(found.values())) and set(fixed) == set(self.dims):
-            return f" (did you mean {','.join(f'{d}={fixed[d]}' for d in self.dims)}?)"
-        return f" (did you mean {', '.join(f'{d} for {u}' for u, d in found.items())}?)"
+        return _inputs.validate_shape(self, shape, max_elements=max_elements)
 
     @cached_property
     def roles(self) -> dict[str, str]:
@@ -226,41 +182,7 @@ class OpSpec(ABC):
                 missing or unknown attribute, or a shape the op does not take; the message
                 names the argument.
         """
-        sizes: dict[str, int] = {}
-        seen_in: dict[str, str] = {}
-        for name, role in self.roles.items():
-            if role != "in":
-                continue
-            dims, got = self.layout[name], tuple(shapes[name])
-            if len(got) != len(dims):
-                raise InputError(
-                    f"{self.name}: {name} must have {len(dims)} dimensions "
-                    f"({', '.join(dims)}), got shape {got}"
-                )
-            for axis, (dim, size) in enumerate(zip(dims, got, strict=True)):
-                if dim in sizes and sizes[dim] != size:
-                    raise InputError(
-                        f"{self.name}: {name} has {dim}={size} (axis {axis}), but "
-                        f"{seen_in[dim]} has {dim}={sizes[dim]}"
-                    )
-                sizes[dim], seen_in[dim] = size, name
-        unknown = sorted(set(attributes) - set(self.attributes))
-        if unknown:
-            takes = ", ".join(self.attributes) or "none"
-            if self.parameters:
-                takes += f"; parameters: {', '.join(p.name for p in self.parameters)}"
-            raise InputError(
-                f"{self.name}: unknown keyword {', '.join(unknown)}; attributes: {takes}"
-            )
-        missing = [a for a in self.attributes if a not in attributes]
-        if missing:
-            raise InputError(f"{self.name}: missing keyword {', '.join(missing)}")
-        try:
-            return self.validate_shape({**sizes, **attributes})
-        except InputError as exc:
-            raise InputError(
-                f"{exc} (read from the shapes of {', '.join(dict.fromkeys(seen_in.values()))})"
-            ) from None
+        return _inputs.shape_of(self, shapes, attributes)
 
     def bind_parameters(self, given: Mapping[str, object]) -> dict[str, float]:
         """Every one of :attr:`parameters` by name: its value in ``given``, else its default.
@@ -269,29 +191,7 @@ class OpSpec(ABC):
             InputError: a name that is no parameter of the op, or a value that is not a finite
                 real number a float32 holds (the tiling struct's field is one).
         """
-        names = [p.name for p in self.parameters]
-        unknown = sorted(set(given) - set(names))
-        if unknown:
-            raise InputError(
-                f"{self.name}: unknown parameter {', '.join(unknown)}; "
-                f"parameters: {', '.join(names) or 'none'}"
-            )
-        values: dict[str, float] = {}
-        for parameter in self.parameters:
-            value = given.get(parameter.name, parameter.default)
-            real = int | float | np.integer | np.floating
-            if isinstance(value, bool | np.bool_) or not isinstance(value, real):
-                raise InputError(
-                    f"{self.name}: {parameter.name} must be a real number, got {value!r}"
-                )
-            number = float(value)
-            if not math.isfinite(number) or abs(number) > FLOAT32_MAX:
-                raise InputError(
-                    f"{self.name}: {parameter.name} must be finite and within float32's range "
-                    f"(the kernel's tiling struct holds it as one), got {value!r}"
-                )
-            values[parameter.name] = number
-        return values
+        return _inputs.bind_parameters(self, given)
 
     def baselines(self) -> ModuleType:
         """The op's ``baselines`` module, beside its spec: ``numpy_baseline(shape, inputs,
