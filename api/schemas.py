@@ -26,6 +26,7 @@ from tilewise.kernels.ops import get_op
 from tilewise.kernels.request import parse_shape
 from tilewise.kernels.targets import get_target
 from tilewise.manifest import Manifest
+from tilewise.runtime import Rule
 from tilewise.store import (
     JobRow,
     JobStatus,
@@ -314,15 +315,7 @@ class LookupPublic(_Out):
     distance: float | None = Field(
         default=None, description="0 for exact; sum over dims of |log2 asked - log2 tuned|."
     )
-    rule: Literal[
-        "exact",
-        "chosen",
-        "predicted_default",
-        "carried",
-        "kept_default",
-        "measured_slower",
-        "default",
-    ] = Field(
+    rule: Rule = Field(
         default="exact",
         description="How the tiling was chosen: as tuned; by the table's choice grid, a tuned "
         "shape's tiling re-derived for this shape that a model fitted on the op's records "
