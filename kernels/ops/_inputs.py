@@ -22,7 +22,7 @@ FLOAT32_MAX = float(np.finfo(np.float32).max)
 def validate_shape(
     spec: OpSpec, shape: Mapping[str, int], *, max_elements: int | None = None
 ) -> Shape:
-    """Return ``shape`` as a :class:`Shape`, or raise InputError naming what is wrong."""
+    """What :meth:`OpSpec.validate_shape` returns or raises."""
     if not isinstance(shape, Mapping):
         raise InputError(
             f"{spec.name}: a shape maps dim names to integers, got {type(shape).__name__}"
@@ -73,14 +73,7 @@ def _renamed_dims_hint(spec: OpSpec, shape: Mapping[str, int], unknown: list[str
 def shape_of(
     spec: OpSpec, shapes: Mapping[str, tuple[int, ...]], attributes: Mapping[str, int]
 ) -> Shape:
-    """The shape of a call, read from its inputs' numpy shapes (by GM argument name) and
-    the :attr:`attributes` given by keyword.
-
-    Raises:
-        InputError: an input of the wrong rank, two inputs that disagree on a dim, a
-            missing or unknown attribute, or a shape the op does not take; the message
-            names the argument.
-    """
+    """What :meth:`OpSpec.shape_of` returns or raises."""
     sizes: dict[str, int] = {}
     seen_in: dict[str, str] = {}
     for name, role in spec.roles.items():
@@ -117,12 +110,7 @@ def shape_of(
 
 
 def bind_parameters(spec: OpSpec, given: Mapping[str, object]) -> dict[str, float]:
-    """Every one of :attr:`parameters` by name: its value in ``given``, else its default.
-
-    Raises:
-        InputError: a name that is no parameter of the op, or a value that is not a finite
-            real number a float32 holds (the tiling struct's field is one).
-    """
+    """What :meth:`OpSpec.bind_parameters` returns or raises."""
     names = [p.name for p in spec.parameters]
     unknown = sorted(set(given) - set(names))
     if unknown:
