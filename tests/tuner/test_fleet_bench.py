@@ -31,13 +31,14 @@ RUN_FIELDS = {
 @pytest.mark.slow
 @pytest.mark.postgres
 def test_fleet_bench_counts_every_evaluation_once(pg_admin: Engine) -> None:
+    command = [
+        sys.executable, str(ROOT / "bench" / "fleet.py"), "--workers", "1,2",
+        "--mode", "queue,assist", "--latency", "0.05", "--remeasure-latency", "0.01",
+        "--jobs-per-worker", "2", "--budget", "4", "--assist-evals", "4",
+        "--timeout", "240", "--db", PG_ADMIN_URL, "--json",
+    ]  # fmt: skip
     proc = subprocess.run(
-        [
-            sys.executable, str(ROOT / "bench" / "fleet.py"), "--workers", "1,2",
-            "--mode", "queue,assist", "--latency", "0.05", "--remeasure-latency", "0.01",
-            "--jobs-per-worker", "2", "--budget", "4", "--assist-evals", "4",
-            "--timeout", "240", "--db", PG_ADMIN_URL, "--json",
-        ],  # fmt: skip
+        command,
         capture_output=True,
         text=True,
         timeout=600,
@@ -49,7 +50,7 @@ def test_fleet_bench_counts_every_evaluation_once(pg_admin: Engine) -> None:
     runs = {(r["mode"], r["workers"]): r for r in report["runs"]}
     assert set(runs) == {("queue", 1), ("queue", 2), ("assist", 1), ("assist", 2)}
     for (mode, n), run in runs.items():
-        assert RUN_FIELDS <= set(run), RUN_FIELDS - set(run)
+        assert set(run) >= RUN_FIELDS, RUN_FIELDS - set(run)
         assert not run["timed_out"]
         expected = 2 * n * 4 if mode == "queue" else 4 * n
         assert run["expected"] == expected
