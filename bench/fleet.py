@@ -48,6 +48,7 @@ from fleet_db import (
     FleetDatabase,
     ServerSampler,
     count_evaluations,
+    host_cpu,
     seed_jobs,
     unfinished_jobs,
 )
@@ -63,7 +64,7 @@ DEFAULT_DB = os.environ.get(
 
 
 def _spawn(
-    args: argparse.Namespace, url: str, n: int, assistants: int, logs: Path
+    args: argparse.Namespace, url: str, mode: str, n: int, assistants: int, logs: Path
 ) -> list[subprocess.Popen[str]]:
     procs = []
     for i in range(n):
@@ -73,6 +74,8 @@ def _spawn(
             "--assistants", str(assistants), "--strategy", args.strategy,
             "--report", str(logs / f"report-{i}.json"),
         ]  # fmt: skip
+        if args.profile is not None and i == 0:
+            cmd += ["--profile", str(args.profile.with_suffix(f".{mode}.N{n}.pstats"))]
         err = (logs / f"worker-{i}.log").open("w")
         procs.append(
             subprocess.Popen(
@@ -114,7 +117,7 @@ def run_fleet(args: argparse.Namespace, mode: str, n: int) -> dict[str, Any]:
     with FleetDatabase(args.db) as fdb, tempfile.TemporaryDirectory() as tmp:
         logs = Path(tmp)
         seed_jobs(fdb.url, shapes, budget=budget)
-        procs = _spawn(args, fdb.url, n, assistants, logs)
+        procs = _spawn(args, fdb.url, mode, n, assistants, logs)
         engine = sa.create_engine(fdb.url, poolclass=sa.pool.NullPool)
         sampler = ServerSampler(fdb.admin, fdb.name)
         timed_out = False
@@ -125,7 +128,7 @@ def run_fleet(args: argparse.Namespace, mode: str, n: int) -> dict[str, Any]:
                     raise SystemExit(f"a worker did not start:\n{_log_tail(logs, n)}")
             sampler.start()
             go = datetime.datetime.now(datetime.UTC)
-            t0 = time.monotonic()
+            t0, cpu0 = time.monotonic(), host_cpu()
             for p in procs:
                 assert p.stdin is not None
                 p.stdin.write("go\n")
@@ -138,6 +141,11 @@ def run_fleet(args: argparse.Namespace, mode: str, n: int) -> dict[str, Any]:
                     raise SystemExit(f"every worker exited early:\n{_log_tail(logs, n)}")
                 time.sleep(0.1)
             wall = time.monotonic() - t0
+            cpu1 = host_cpu()
+            host = {
+                "host_busy": round((cpu1[0] - cpu0[0]) / max(1e-9, cpu1[1] - cpu0[1]), 3),
+                "loadavg": round(os.getloadavg()[0], 1),
+            }
             with engine.connect() as c:
                 last = c.scalar(sa.select(sa.func.max(JobModel.finished_at)))
         finally:
@@ -158,7 +166,15 @@ def run_fleet(args: argparse.Namespace, mode: str, n: int) -> dict[str, Any]:
         )
         counts = count_evaluations(fdb.url)
     makespan = (last - go).total_seconds() if last is not None and not timed_out else wall
-    return _summary(mode, n, budget, makespan, reports, sampler, counts, warnings, timed_out)
+    summary = _summary(mode, n, budget, makespan, reports, sampler, counts, warnings, timed_out)
+    summary.update(host)
+    print(
+        f"{mode} N={n}: {summary['evals_per_s']} evals/s, host busy {host['host_busy']:.0%}"
+        f" (the fleet's share {summary['host_cpu_use']:.0%})",
+        file=sys.stderr,
+        flush=True,
+    )
+    return summary
 
 
 def _summary(
@@ -214,6 +230,8 @@ def _summary(
         if launched
         else None,
         "connects": sum(r["connects"] for r in reports),
+        # Connections one worker used at once (its store's, its Optuna storage's), the most.
+        "max_connections_per_worker": max(r["max_checked_out"] for r in reports),
         "slowest_query_s": slowest["slowest_s"],
         "slowest_query": slowest["slowest"],
         "top_statements": [
@@ -279,6 +297,11 @@ def main() -> None:
     )
     parser.add_argument("--strategy", default="default", help="the workers' search strategy")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per run")
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        help="cProfile the first worker of each run: PATH.<mode>.N<n>.pstats",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     try:
@@ -295,7 +318,7 @@ def main() -> None:
         "date": started.strftime("%Y-%m-%d %H:%M UTC"),
         "machine": machine_info(),
         "pid": os.getpid(),  # the runs' databases are named tw_fleet_<pid>_...
-        "config": {k: v for k, v in vars(args).items() if k not in ("json", "db")},
+        "config": {k: v for k, v in vars(args).items() if k not in ("json", "db", "profile")},
         "runs": runs,
     }
     if args.json:

@@ -147,6 +147,16 @@ class ServerSampler:
         return sum(self._cpu.values())
 
 
+def host_cpu() -> tuple[float, float]:
+    """(busy, total) seconds of every core since boot, from /proc/stat: the whole host's use,
+    other users' processes included."""
+    with open("/proc/stat") as f:
+        fields = [int(v) for v in f.readline().split()[1:]]
+    idle = fields[3] + fields[4]  # idle, iowait
+    total = sum(fields[:8])  # user nice system idle iowait irq softirq steal
+    return (total - idle) / _TICK, total / _TICK
+
+
 def _proc_cpu_s(pid: int) -> float | None:
     try:
         with open(f"/proc/{pid}/stat") as f:

@@ -46,13 +46,26 @@ class QueryClock:
         self.slowest = ""
         self.by_statement: dict[str, list[float]] = {}  # key -> [count, total_s, max_s]
         self.connects = 0
+        self.checked_out = 0  # connections in use now, over every pool of the process
+        self.max_checked_out = 0
         event.listen(Engine, "before_cursor_execute", self._before)
         event.listen(Engine, "after_cursor_execute", self._after)
         event.listen(Pool, "connect", self._connect)
+        event.listen(Pool, "checkout", self._checkout)
+        event.listen(Pool, "checkin", self._checkin)
 
     def _connect(self, *_: Any) -> None:
         with self._lock:
             self.connects += 1
+
+    def _checkout(self, *_: Any) -> None:
+        with self._lock:
+            self.checked_out += 1
+            self.max_checked_out = max(self.max_checked_out, self.checked_out)
+
+    def _checkin(self, *_: Any) -> None:
+        with self._lock:
+            self.checked_out -= 1
 
     def _before(self, conn: Any, cursor: Any, statement: str, *_: Any) -> None:
         conn.info.setdefault("fleet_t0", []).append(time.perf_counter())
@@ -84,6 +97,7 @@ class QueryClock:
                 "slowest_s": round(self.slowest_s, 4),
                 "slowest": self.slowest,
                 "connects": self.connects,
+                "max_checked_out": self.max_checked_out,
                 "top": [
                     {
                         "statement": k,
@@ -110,6 +124,7 @@ def main() -> None:
     parser.add_argument("--assistants", type=int, required=True)
     parser.add_argument("--strategy", default="default")
     parser.add_argument("--report", type=Path, required=True)
+    parser.add_argument("--profile", type=Path, help="write cProfile stats of the run here")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format=f"worker {args.index}: %(message)s")
 
@@ -134,7 +149,14 @@ def main() -> None:
         return
     clock.reset()
     cpu0, wall0 = cpu_s(), time.monotonic()
-    worker.run()
+    if args.profile is not None:
+        import cProfile
+
+        # The main thread only (the search, the device's waits); the heartbeat's thread is not
+        # profiled.
+        cProfile.runctx("worker.run()", globals(), {"worker": worker}, str(args.profile))
+    else:
+        worker.run()
     report = {
         "index": args.index,
         "worker_id": worker.id,
