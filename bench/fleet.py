@@ -55,6 +55,7 @@ from fleet_db import (
 from fleet_device import fleet_shapes, load_spaces
 
 from tilewise.bench.machine import machine_info
+from tilewise.store import safe_url
 from tilewise.store._models import JobModel
 
 WORKER = Path(__file__).resolve().parent / "fleet_worker.py"
@@ -74,6 +75,8 @@ def _spawn(
             "--assistants", str(assistants), "--strategy", args.strategy,
             "--report", str(logs / f"report-{i}.json"),
         ]  # fmt: skip
+        if args.via is not None:
+            cmd.append("--no-prepare")
         if args.profile is not None and i == 0:
             cmd += ["--profile", str(args.profile.with_suffix(f".{mode}.N{n}.pstats"))]
         err = (logs / f"worker-{i}.log").open("w")
@@ -117,7 +120,8 @@ def run_fleet(args: argparse.Namespace, mode: str, n: int) -> dict[str, Any]:
     with FleetDatabase(args.db) as fdb, tempfile.TemporaryDirectory() as tmp:
         logs = Path(tmp)
         seed_jobs(fdb.url, shapes, budget=budget)
-        procs = _spawn(args, fdb.url, mode, n, assistants, logs)
+        worker_url = fdb.url if args.via is None else fdb.url_via(args.via)
+        procs = _spawn(args, worker_url, mode, n, assistants, logs)
         engine = sa.create_engine(fdb.url, poolclass=sa.pool.NullPool)
         sampler = ServerSampler(fdb.admin, fdb.name)
         timed_out = False
@@ -285,6 +289,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", default="1,4,16,64", help="fleet sizes, comma-separated")
     parser.add_argument("--db", default=DEFAULT_DB, help="a PostgreSQL server (URL of any DB)")
+    parser.add_argument(
+        "--via",
+        help="workers connect through this server instead (a PgBouncer in transaction mode in"
+        " front of --db's server; the run's database name is put in); prepared statements off",
+    )
     parser.add_argument("--mode", default="queue,assist", help="queue, assist or both")
     parser.add_argument("--latency", type=float, default=0.5, help="seconds per evaluation")
     parser.add_argument(
@@ -317,8 +326,14 @@ def main() -> None:
     out: dict[str, Any] = {
         "date": started.strftime("%Y-%m-%d %H:%M UTC"),
         "machine": machine_info(),
-        "pid": os.getpid(),  # the runs' databases are named tw_fleet_<pid>_...
-        "config": {k: v for k, v in vars(args).items() if k not in ("json", "db", "profile")},
+        "pid": os.getpid(),
+        "pooler": None
+        if args.via is None
+        else "workers through "
+        + safe_url(args.via),  # the runs' databases are named tw_fleet_<pid>_...
+        "config": {
+            k: v for k, v in vars(args).items() if k not in ("json", "db", "profile", "via")
+        },
         "runs": runs,
     }
     if args.json:

@@ -47,6 +47,10 @@ class FleetDatabase:
         self.url = self.admin_url.set(database=self.name).render_as_string(hide_password=False)
         self.admin = sa.create_engine(self.admin_url, isolation_level="AUTOCOMMIT")
 
+    def url_via(self, server: str) -> str:
+        """The run's database on another server (a pooler in front of this one)."""
+        return server_url(server).set(database=self.name).render_as_string(hide_password=False)
+
     def __enter__(self) -> FleetDatabase:
         with self.admin.connect() as c:
             c.execute(sa.text(f'CREATE DATABASE "{self.name}"'))

@@ -125,10 +125,22 @@ def main() -> None:
     parser.add_argument("--strategy", default="default")
     parser.add_argument("--report", type=Path, required=True)
     parser.add_argument("--profile", type=Path, help="write cProfile stats of the run here")
+    parser.add_argument(
+        "--no-prepare",
+        action="store_true",
+        help="no server-side prepared statements (behind PgBouncer in transaction mode)",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format=f"worker {args.index}: %(message)s")
 
     clock = QueryClock()
+    if args.no_prepare:
+        # psycopg prepares a statement run 5 times on a connection; behind a transaction pooler
+        # the next transaction may get another server connection, which does not have it.
+        @event.listens_for(Engine, "do_connect")
+        def _no_prepare(dialect: Any, conn_rec: Any, cargs: Any, cparams: dict[str, Any]) -> None:
+            cparams["prepare_threshold"] = None
+
     from tilewise.settings import Settings
     from tilewise.worker import Worker
 
