@@ -77,6 +77,8 @@ def _spawn(
         ]  # fmt: skip
         if args.via is not None:
             cmd.append("--no-prepare")
+        if args.optuna_storage == "journal":
+            cmd += ["--journal", str(logs / "optuna.journal")]
         if args.profile is not None and i == 0:
             cmd += ["--profile", str(args.profile.with_suffix(f".{mode}.N{n}.pstats"))]
         err = (logs / f"worker-{i}.log").open("w")
@@ -168,13 +170,17 @@ def run_fleet(args: argparse.Namespace, mode: str, n: int) -> dict[str, Any]:
             for line in (logs / f"worker-{i}.log").read_text(errors="replace").splitlines()
             if line.strip()
         )
-        counts = count_evaluations(fdb.url)
+        journal = logs / "optuna.journal" if args.optuna_storage == "journal" else None
+        counts = count_evaluations(fdb.url, journal=journal)
     makespan = (last - go).total_seconds() if last is not None and not timed_out else wall
     summary = _summary(mode, n, budget, makespan, reports, sampler, counts, warnings, timed_out)
     summary.update(host)
     print(
         f"{mode} N={n}: {summary['evals_per_s']} evals/s, host busy {host['host_busy']:.0%}"
-        f" (the fleet's share {summary['host_cpu_use']:.0%})",
+        f" (the fleet's share {summary['host_cpu_use']:.0%}), devices busy"
+        f" {summary['device_busy_frac']:.0%}, DB active {summary['db_busy_frac']:.2f},"
+        f" CPU {summary['worker_cpu_per_eval_s']} s/eval, lost {summary['lost']},"
+        f" doubled {summary['doubled']}, untold {summary['untold']}",
         file=sys.stderr,
         flush=True,
     )
@@ -305,12 +311,20 @@ def main() -> None:
         "--assist-evals", type=int, default=10, help="assist mode: evaluations per worker"
     )
     parser.add_argument("--strategy", default="default", help="the workers' search strategy")
+    parser.add_argument(
+        "--optuna-storage",
+        choices=("rdb", "journal"),
+        default="rdb",
+        help="journal: an experiment, the studies in an Optuna journal file (one host) instead"
+        " of the database",
+    )
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per run")
     parser.add_argument(
         "--profile",
         type=Path,
         help="cProfile the first worker of each run: PATH.<mode>.N<n>.pstats",
     )
+    parser.add_argument("--partial", type=Path, help="append each run's figures here (JSON lines)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     try:
@@ -321,7 +335,13 @@ def main() -> None:
     if any(m not in ("queue", "assist") for m in modes) or any(n < 1 for n in sizes):
         parser.error("--mode is queue, assist or both; --workers are counts >= 1")
     started = datetime.datetime.now(datetime.UTC)
-    runs = [run_fleet(args, mode, n) for mode in modes for n in sizes]
+    runs = []
+    for mode in modes:
+        for n in sizes:
+            runs.append(run_fleet(args, mode, n))
+            if args.partial is not None:  # each run as it ends: a long table may be cut short
+                with args.partial.open("a") as f:
+                    f.write(json.dumps(runs[-1]) + "\n")
     _efficiency(runs)
     out: dict[str, Any] = {
         "date": started.strftime("%Y-%m-%d %H:%M UTC"),

@@ -14,6 +14,7 @@ import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import optuna
@@ -170,11 +171,11 @@ def _proc_cpu_s(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / _TICK  # utime, stime
 
 
-def count_evaluations(url: str) -> dict[str, Any]:
+def count_evaluations(url: str, *, journal: Path | None = None) -> dict[str, Any]:
     """What the database holds after a run: the jobs, their evaluations against their budgets,
     the evaluation records (built and launched: not rejected before, not re-measures), the ones
     measured twice for one workload, and the ones whose Optuna trial is missing or not
-    complete."""
+    complete (in the database's Optuna tables, or in ``journal``)."""
     db = store.open_store(url, create=False)
     try:
         with db.session() as s:
@@ -199,7 +200,13 @@ def count_evaluations(url: str) -> dict[str, Any]:
     finally:
         db.close()
     per_tiling = Counter((r.workload_id, r.tiling_key) for r in records)
-    storage = optuna.storages.RDBStorage(url)
+    storage: optuna.storages.BaseStorage
+    if journal is not None:
+        from optuna.storages.journal import JournalFileBackend, JournalStorage
+
+        storage = JournalStorage(JournalFileBackend(str(journal)))
+    else:
+        storage = optuna.storages.RDBStorage(url)
     try:
         trials: dict[str, dict[int, optuna.trial.TrialState]] = {}
         for study in storage.get_all_studies():
@@ -207,7 +214,8 @@ def count_evaluations(url: str) -> dict[str, Any]:
                 t.number: t.state for t in storage.get_all_trials(study._study_id, deepcopy=False)
             }
     finally:
-        storage.engine.dispose()
+        if isinstance(storage, optuna.storages.RDBStorage):
+            storage.engine.dispose()
     untold = sum(
         1
         for r in records
