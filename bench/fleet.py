@@ -352,7 +352,9 @@ def main() -> None:
         else "workers through "
         + safe_url(args.via),  # the runs' databases are named tw_fleet_<pid>_...
         "config": {
-            k: v for k, v in vars(args).items() if k not in ("json", "db", "profile", "via")
+            k: v
+            for k, v in vars(args).items()
+            if k not in ("json", "db", "profile", "via", "partial")
         },
         "runs": runs,
     }
