@@ -319,3 +319,34 @@ def test_a_holder_and_an_assistant_spend_the_budget_exactly(
     measured = [r.tiling_key for r in records if r.source != store.SOURCE_REMEASURE]
     assert len(measured) == len(set(measured)), Counter(measured).most_common(3)
     assert [w.id for w, _ in tables] == [job.workload_id]
+
+
+def test_jobs_evaluations_counts_several_jobs_in_one_query(db: store.Store) -> None:
+    from tilewise.store._assists import jobs_evaluations
+
+    first, second, third = (queue_job(db, n=n) for n in (1024, 2048, 4096))
+    a, b, c, d = tilings(4)
+    with db.session() as s:
+        for tiling, status, source, job in [
+            (a, "ok", "search", first),
+            (b, "crashed", "search", first),  # failed: still an evaluation
+            (c, "infeasible", "search", first),  # rejected before: not one
+            (a, "ok", store.SOURCE_REMEASURE, first),  # a re-measure: not one
+            (d, "ok", "search", second),
+        ]:
+            store.add_record(
+                s,
+                workload_id=job.workload_id,
+                tiling=tiling,
+                status=status,
+                latency_us=1.0 if status == "ok" else None,
+                source=source,
+                env={},
+                job_id=job.id,
+            )
+    with db.session() as s:
+        ids = [first.id, second.id, third.id]
+        counted = jobs_evaluations(s, job_ids=ids)
+        assert counted == {first.id: 2, second.id: 1, third.id: 0}
+        assert counted == {j: store.job_evaluations(s, job_id=j) for j in ids}
+        assert jobs_evaluations(s, job_ids=[]) == {}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import and_, delete, or_, select, update
 from sqlalchemy import func as sa_func
@@ -22,19 +23,37 @@ from tilewise.store._jobs import JobRow, get_job
 from tilewise.store._models import JobAssistModel, JobModel, RecordModel, WorkloadModel, utcnow
 
 
+def _evaluation() -> Any:
+    # A record that cost a build and a launch: not rejected before, not a re-measure.
+    return and_(
+        RecordModel.status != RecordStatus.INFEASIBLE,
+        RecordModel.source != RecordSource.REMEASURE,
+    )
+
+
 def job_evaluations(session: Session, *, job_id: int) -> int:
     """The evaluations a job has spent: its records that cost a build and a launch (not the
     ones rejected before, not re-measures)."""
     query = (
         select(sa_func.count())
         .select_from(RecordModel)
-        .where(
-            RecordModel.job_id == job_id,
-            RecordModel.status != RecordStatus.INFEASIBLE,
-            RecordModel.source != RecordSource.REMEASURE,
-        )
+        .where(RecordModel.job_id == job_id, _evaluation())
     )
     return int(session.scalar(query) or 0)
+
+
+def jobs_evaluations(session: Session, *, job_ids: Collection[int]) -> dict[int, int]:
+    """:func:`job_evaluations` of several jobs in one query (every one of ``job_ids``, 0 for a
+    job without any)."""
+    if not job_ids:
+        return {}
+    query = (
+        select(RecordModel.job_id, sa_func.count())
+        .where(RecordModel.job_id.in_(list(job_ids)), _evaluation())
+        .group_by(RecordModel.job_id)
+    )
+    counted = {int(job_id): int(n) for job_id, n in session.execute(query) if job_id is not None}
+    return {job_id: counted.get(job_id, 0) for job_id in job_ids}
 
 
 def may_tag_record(session: Session, *, job_id: int, worker_id: str, counts: bool = True) -> bool:
@@ -112,10 +131,11 @@ def assist_job(
                 select(WorkloadModel.id).where(WorkloadModel.target.in_(list(targets)))
             )
         )
-    left = {
-        job_id: budget - job_evaluations(session, job_id=job_id)
-        for job_id, budget in session.execute(query).all()
-    }
+    # One query for every candidate's spent evaluations: every idle worker of a fleet asks
+    # this every poll, for every running job.
+    budgets = {job_id: budget for job_id, budget in session.execute(query).all()}
+    spent = jobs_evaluations(session, job_ids=list(budgets))
+    left = {job_id: budget - spent[job_id] for job_id, budget in budgets.items()}
     for job_id in sorted((j for j, n in left.items() if n > 0), key=lambda j: (-left[j], j)):
         locked = session.scalars(
             select(JobModel.id)

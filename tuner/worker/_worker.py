@@ -54,6 +54,8 @@ class Worker:
     ``backend`` is for tests; by default the target's backend is created (and closed) here.
     ``max_jobs`` and ``exit_when_idle`` end :meth:`run` early (batch use, tests).
     ``parent_pid``: stop when the parent process is gone (workers started by ``serve``).
+    ``strategy``: the search strategy of the studies it runs and assists (see
+    ``tilewise.search.STRATEGIES``).
     """
 
     def __init__(
@@ -68,8 +70,16 @@ class Worker:
         max_jobs: int | None = None,
         exit_when_idle: bool = False,
         parent_pid: int | None = None,
+        strategy: str = "default",
     ) -> None:
         from tilewise.kernels.targets import get_target
+        from tilewise.search import STRATEGIES
+
+        if strategy not in STRATEGIES:
+            raise InputError(
+                f"unknown strategy {strategy!r}; known: {', '.join(sorted(STRATEGIES))}"
+            )
+        self.strategy = strategy
 
         self.settings = settings
         self.target = get_target(target)
@@ -278,6 +288,7 @@ class Worker:
             db=self.db,
             settings=self.settings,
             job=JobTag(job.id, self.id, budget_evals=job.budget_evals),
+            strategy=self.strategy,
         )
         if tuner.workload_id != job.workload_id:  # pragma: no cover - job_inputs checks it
             raise JobError(f"job {job.id}: its workload does not match {tuner.workload.key}")
