@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests_support import host_toolchain
 
 from tests.fakes import FakeBackend
 from tilewise import store
@@ -342,6 +343,7 @@ def test_jobs_evaluations_counts_several_jobs_in_one_query(db: store.Store) -> N
                 latency_us=1.0 if status == "ok" else None,
                 source=source,
                 env={},
+                toolchain=host_toolchain(),
                 job_id=job.id,
             )
     with db.session() as s:

@@ -312,6 +312,10 @@ def test_cache_is_bounded() -> None:
         ("linear_add_gelu", {"shape": {"M": 1024.5, "N": 512, "K": 256}}, "must be an integer"),
         ("linear_add_gelu", {"shape": {"M": [1], "N": 512, "K": 256}}, "must be an integer"),
         ("linear_add_gelu", {"shape": {"M": 1 << 30, "N": 512, "K": 256}}, "exceeds the limit"),
+        # Names that cannot be dict keys (a JSON object where a name belongs).
+        ({"linear": 1}, {}, "unknown op"),
+        ("linear_add_gelu", {"target": {"cpu": 1}}, "a target is named by a string"),
+        ("linear_add_gelu", {"dtype": ["float32"]}, "a dtype is named by a string"),
     ],
 )
 def test_bad_lookups_are_input_errors(

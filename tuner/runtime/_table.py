@@ -297,7 +297,10 @@ class TilingTable:
         return self._resolve(op, target, dtype, shape)
 
     def _resolve(self, op: str, target: str, dtype: str, shape: Mapping[str, int]) -> Answer:
-        group = self._groups.get((op, target, dtype))
+        try:
+            group = self._groups.get((op, target, dtype))
+        except TypeError:  # an unhashable name: get_op or get_target below says what is wrong
+            group = None
         asked: Shape | None = None
         values: Mapping[str, int] | None = None
         if group is not None and group.fast and type(shape) is dict and len(shape) == group.ndims:
