@@ -36,7 +36,7 @@ def _words(help_text: str) -> set[str]:
         (["tune"], {"--dtype": DTYPES, "--target": target_names(), "--strategy": STRATEGIES}),
         (["check"], {"--dtype": DTYPES, "--target": target_names()}),
         (["show"], {"--dtype": DTYPES, "--target": target_names()}),
-        (["worker"], {"--target": target_names()}),
+        (["worker"], {"--target": target_names(), "--strategy": STRATEGIES}),
         (["bench", "search"], {"--strategy": STRATEGIES}),
     ],
     ids=["tune", "check", "show", "worker", "bench search"],
@@ -91,6 +91,7 @@ HINTS = [
         ["tune", "linear_add_gelu", "--shape", "M=4,N=4,K=4", "--strategy", "tpee"],
         "(did you mean tpe?)",
     ),
+    (["worker", "--strategy", "tpee", "--exit-when-idle"], "(did you mean tpe?)"),
     (
         ["show", "swiglu", "--shape", "t=4,i=8"],
         "(did you mean T=4,I=8?)",

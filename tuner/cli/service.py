@@ -206,6 +206,9 @@ def worker(
         bool,
         typer.Option("--exit-when-idle", help="Exit when no job is waiting (batch use)."),
     ] = False,
+    strategy: Annotated[
+        str, typer.Option(help="Search strategy of the studies it runs and assists.")
+    ] = "default",
     parent_pid: Annotated[int | None, typer.Option(hidden=True)] = None,
 ) -> None:
     """Claim queued jobs of TARGET from the database and tune them, until SIGTERM/SIGINT.
@@ -228,6 +231,7 @@ def worker(
             max_jobs=max_jobs,
             exit_when_idle=exit_when_idle,
             parent_pid=parent_pid,
+            strategy=strategy,
         )
     except TilewiseError as exc:
         fail(str(exc))

@@ -73,12 +73,9 @@ class Worker:
         strategy: str = "default",
     ) -> None:
         from tilewise.kernels.targets import get_target
-        from tilewise.search import STRATEGIES
+        from tilewise.search._strategies import check_strategy
 
-        if strategy not in STRATEGIES:
-            raise InputError(
-                f"unknown strategy {strategy!r}; known: {', '.join(sorted(STRATEGIES))}"
-            )
+        check_strategy(strategy)
         self.strategy = strategy
 
         self.settings = settings
