@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.orm import Session
 
 from tilewise import store
-from tilewise.api.schemas import WorkloadPublic
+from tilewise.api.schemas import WorkloadPublic, stored_fields
 from tilewise.errors import InputError
 from tilewise.kernels.backends import current_toolchain
 from tilewise.store import TilingRow, WinnerRow, WorkloadRow
@@ -52,12 +52,7 @@ class StoredTilingPublic(_Out):
             toolchain=ToolchainPublic.of(t.toolchain),
             current=now is not None and reason is None,
             stale=reason,
-            tiling=dict(t.tiling),
-            latency_us=t.latency_us,
-            default_latency_us=t.default_latency_us,
-            speedup=t.speedup,
-            evaluations=t.evaluations,
-            updated_at=t.updated_at,
+            **stored_fields(t),
         )
 
 

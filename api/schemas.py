@@ -226,15 +226,19 @@ class TunedPublic(_Out):
 
     @classmethod
     def of(cls, workload: WorkloadRow, tiling: TilingRow) -> TunedPublic:
-        return cls(
-            workload=WorkloadPublic.of(workload),
-            tiling=dict(tiling.tiling),
-            latency_us=tiling.latency_us,
-            default_latency_us=tiling.default_latency_us,
-            speedup=tiling.speedup,
-            evaluations=tiling.evaluations,
-            updated_at=tiling.updated_at,
-        )
+        return cls(workload=WorkloadPublic.of(workload), **stored_fields(tiling))
+
+
+def stored_fields(tiling: TilingRow) -> dict[str, Any]:
+    """The fields every public view of a stored winner shows."""
+    return {
+        "tiling": dict(tiling.tiling),
+        "latency_us": tiling.latency_us,
+        "default_latency_us": tiling.default_latency_us,
+        "speedup": tiling.speedup,
+        "evaluations": tiling.evaluations,
+        "updated_at": tiling.updated_at,
+    }
 
 
 class TunablePublic(_Out):
