@@ -19,7 +19,7 @@ from tests.tuner.test_export import COMPILERS, _ask_c, _build, _fields
 from tilewise import store as st
 from tilewise.export import render_header, table_document
 from tilewise.export._choice import cell_index, parse_choices
-from tilewise.export._model import Sample, features, fit_model
+from tilewise.export._model import FEATURES, MIN_RECORDS_PER_FEATURE, Sample, features, fit_model
 from tilewise.kernels.ops import get_op
 from tilewise.kernels.targets import get_target
 from tilewise.runtime import TilingTable
@@ -34,26 +34,35 @@ NEAR = [{"M": d["M"] * 9 // 8, "N": d["N"] * 9 // 8, "K": 512} for d in TUNED]
 
 
 #: Latencies as log-linear functions of the model's features (log2 of waves, bytes moved,
-#: cube MACs, vector bytes, vector instructions, the cost model's time). "slow copies": the cost
+#: cube MACs, vector bytes, vector instructions, stages, blocks, the cost model's time; the
+#: records name no threads, so waves count over the target's cores). "slow copies": the cost
 #: model's time with a cost per wave, under which a tuned tiling carried to another shape loses
 #: to that shape's default (as the project measured on the twin). "fast copies": synthetic, the
 #: cost model's time falling with the vector instruction count, under which the default is
 #: systematically slow and carried tilings win.
 TRUTHS = {
-    "slow copies": (0.4, 0.05, 0.0, 0.0, 0.0, 0.9),
-    "fast copies": (0.0, 0.0, 0.0, 0.0, -0.5, 1.0),
+    "slow copies": (0.4, 0.05, 0.0, 0.0, 0.0, 0.0, 0.0, 0.9),
+    "fast copies": (0.0, 0.0, 0.0, 0.0, -0.5, 0.0, 0.0, 1.0),
 }
 
 
-def _exact_truth(tiling: Tiling, shape: Shape, truth: str = "slow copies") -> float:
-    x = features(LAG, tiling, shape, "float32", TWIN)
+def _exact_truth(
+    tiling: Tiling, shape: Shape, truth: str = "slow copies", units: int | None = None
+) -> float:
+    x = features(LAG, tiling, shape, "float32", TWIN, units)
     assert x is not None
     return float(2 ** sum(c * v for c, v in zip(TRUTHS[truth], x, strict=True)))
 
 
-def _truth(tiling: Tiling, shape: Shape, rng: random.Random, truth: str = "slow copies") -> float:
+def _truth(
+    tiling: Tiling,
+    shape: Shape,
+    rng: random.Random,
+    truth: str = "slow copies",
+    units: int | None = None,
+) -> float:
     """:func:`_exact_truth` with 2% noise."""
-    return _exact_truth(tiling, shape, truth) * math.exp(rng.gauss(0.0, 0.02))
+    return _exact_truth(tiling, shape, truth, units) * math.exp(rng.gauss(0.0, 0.02))
 
 
 def _valid_tilings(shape: Shape, rng: random.Random, count: int) -> list[Tiling]:
@@ -85,11 +94,12 @@ def _climb(shape: Shape, truth: str) -> list[Tiling]:
     return path
 
 
-def _fill(session: Any, *, stored: str, seed: int = 7) -> None:
+def _fill(session: Any, *, stored: str, seed: int = 7, threads: int | None = None) -> None:
     """Each tuned shape measured at its default, a dozen random valid tilings and (for
     ``"best"``) a tune's path, latencies from :func:`_truth`: ``"best"`` stores the best
     measured tiling under the "fast copies" truth, ``"worst"`` the slowest under the "slow
-    copies" one; never the default."""
+    copies" one; never the default. With ``threads`` the records say they ran on that many
+    host threads (as the twin's do) and the truth counts waves over them."""
     truth = "fast copies" if stored == "best" else "slow copies"
     rng = random.Random(seed)
     for dims in TUNED:
@@ -101,7 +111,7 @@ def _fill(session: Any, *, stored: str, seed: int = 7) -> None:
         tried = [default, *_valid_tilings(shape, rng, 12)]
         if stored == "best":
             tried += _climb(shape, truth)
-        measured = {t: _truth(t, shape, rng, truth) for t in tried}
+        measured = {t: _truth(t, shape, rng, truth, threads) for t in tried}
         ids = {
             t: st.add_record(
                 session,
@@ -112,7 +122,7 @@ def _fill(session: Any, *, stored: str, seed: int = 7) -> None:
                 latency_us=us,
                 spread=0.02,
                 source="search",
-                env={"host": "test"},
+                env={"host": "test"} if threads is None else {"threads": threads},
             ).id
             for t, us in measured.items()
         }
@@ -165,11 +175,39 @@ def test_a_model_fits_the_records_and_measures_its_error_on_held_out_shapes() ->
         if s.is_default
     ]
     cost = fit_model(sparse)
-    assert cost is not None and cost.kind == "cost" and cost.records == len(sparse) < 48
-    assert cost.coef == (0.0, 0.0, 0.0, 0.0, 0.0, 1.0) and cost.error > 0
+    assert cost is not None and cost.kind == "cost"
+    assert cost.records == len(sparse) < MIN_RECORDS_PER_FEATURE * len(FEATURES)
+    assert cost.coef == tuple(float(f == "cost_us") for f in FEATURES) and cost.error > 0
     # Too few shapes to hold any out: no model.
     few = [s for s in samples if s.shape in {Shape(TUNED[0]), Shape(TUNED[1])}]
     assert fit_model(few) is None
+
+
+def test_the_model_counts_waves_over_the_threads_the_records_ran_on(store: st.Store) -> None:
+    """The twin runs a launch's blocks on a few host threads, not on the NPU's cores whose
+    on-chip sizes it keeps: a truth with waves over 2 threads is what the model fits when the
+    records name their threads, and it fits worse counting waves over the cores."""
+    with store.session() as session:
+        _fill(session, stored="worst", threads=2)
+    with store.session() as session:
+        doc = table_document(session, op=LAG.name)
+    model = doc["choices"][0]["model"]
+    assert model["units"] == {"cpu-twin/float32": 2}
+    assert model["kind"] == "loglinear" and model["error"] < 0.06, model
+    rng = random.Random(5)
+    over_threads, over_cores = [], []
+    for dims in TUNED:
+        shape = Shape(dims)
+        default = LAG.default_tiling(shape, "float32", TWIN)
+        for t in [default, *_valid_tilings(shape, rng, 10)]:
+            log_us = math.log(_truth(t, shape, rng, units=2))
+            for out, units in ((over_threads, 2), (over_cores, None)):
+                x = features(LAG, t, shape, "float32", TWIN, units)
+                assert x is not None
+                out.append(Sample("cpu-twin/float32", shape, x, log_us, t == default))
+    fitted, blind = fit_model(over_threads), fit_model(over_cores)
+    assert fitted is not None and blind is not None
+    assert fitted.error < 0.06 and blind.error > 2 * fitted.error, (fitted, blind)
 
 
 def test_a_copied_tiling_predicted_slower_than_the_default_is_not_answered(

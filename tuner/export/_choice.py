@@ -21,7 +21,9 @@ none (the runtime then answers by the nearest rule).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from itertools import product
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -136,7 +138,8 @@ def _decide(
             default = spec.default_tiling(shape, dtype, target)
         except TilewiseError:
             return -1, None
-        base = features(spec, default, shape, dtype, target)
+        units = model.units.get(group)
+        base = features(spec, default, shape, dtype, target, units)
         if base is None:
             return -1, None
         p_default = float(model.predict(np.array([base]), group)[0])
@@ -146,7 +149,7 @@ def _decide(
             if tiling is not None:
                 try:
                     if spec.valid(tiling, shape, dtype, target):
-                        x = features(spec, tiling, shape, dtype, target)
+                        x = features(spec, tiling, shape, dtype, target, units)
                 except TilewiseError:
                     x = None
             if x is None:
@@ -270,19 +273,22 @@ def choices_of(
     out: list[Choice] = []
     for op, workloads in sorted(by_op.items()):
         spec = get_op(op)
+        measured = {w.id: _measured(session, w.id) for w in workloads}
+        units = _units(workloads, measured)
         samples = []
         for w in workloads:
             profile = get_target(w.target)
+            group = f"{profile.name}/{w.dtype}"
             default_key = spec.default_tiling(w.shape, w.dtype, profile).key()
-            for tiling, latency in _measured(session, w.id).items():
-                x = features(spec, tiling, w.shape, w.dtype, profile)
+            for tiling, latency in measured[w.id][0].items():
+                x = features(spec, tiling, w.shape, w.dtype, profile, units.get(group))
                 if x is not None:
-                    group = f"{profile.name}/{w.dtype}"
                     is_default = tiling.key() == default_key
                     samples.append(Sample(group, w.shape, x, math.log(latency), is_default))
         model = fit_model(samples)
         if model is None:
             continue
+        model = replace(model, units=units)
         groups: dict[tuple[str, str], list[TableEntry]] = {}
         for e in entries:
             if e.op == op and e.op_version == spec.version:
@@ -294,16 +300,33 @@ def choices_of(
     return out
 
 
-def _measured(session: Session, workload_id: int) -> dict[Tiling, float]:
-    """Median latency of each tiling's measured (ok, not predicted) records."""
+def _measured(session: Session, workload_id: int) -> tuple[dict[Tiling, float], Counter[int]]:
+    """Median latency of each tiling's measured (ok, not predicted) records, and how many of
+    those records ran on how many host threads (the cpu-twin's records name them)."""
     from tilewise.status import RecordSource
     from tilewise.store import RecordStatus, records_for
 
     latencies: dict[Tiling, list[float]] = {}
+    threads: Counter[int] = Counter()
     for r in records_for(session, workload_id=workload_id, status=RecordStatus.OK):
         if r.latency_us is not None and r.latency_us > 0 and r.source != RecordSource.PREDICTED:
             latencies.setdefault(r.tiling, []).append(r.latency_us)
-    return {t: float(np.median(v)) for t, v in latencies.items()}
+            count = r.env.get("threads")
+            if isinstance(count, int) and not isinstance(count, bool) and count > 0:
+                threads[count] += 1
+    return {t: float(np.median(v)) for t, v in latencies.items()}, threads
+
+
+def _units(
+    workloads: Sequence[WorkloadRow],
+    measured: Mapping[int, tuple[dict[Tiling, float], Counter[int]]],
+) -> dict[str, int]:
+    """Per "target/dtype" group: the host threads most of its records ran on, for the groups
+    whose records name them (the features then count waves over those threads)."""
+    counts: dict[str, Counter[int]] = {}
+    for w in workloads:
+        counts.setdefault(f"{w.target}/{w.dtype}", Counter()).update(measured[w.id][1])
+    return {group: c.most_common(1)[0][0] for group, c in counts.items() if c}
 
 
 # -- reading -------------------------------------------------------------------------------------

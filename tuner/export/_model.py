@@ -3,10 +3,14 @@ shapes nobody tuned (:mod:`tilewise.export._choice`).
 
 Features of a (shape, tiling) come from the op's own cost-model code
 (:meth:`~tilewise.kernels.ops.OpSpec.block_work` and :func:`tilewise.kernels.backends.predict`),
-each as a log2: waves over the cores; and, over those waves, the busiest core's bytes moved to
-and from global memory, its cube multiply-accumulates, its vector bytes and vector instructions;
-and the cost model's predicted time. Two kinds of model, both linear in log latency with one
-intercept per (target, dtype):
+each as a log2: waves of blocks over the device's parallel units; over those waves, the busiest
+unit's bytes moved to and from global memory, its cube multiply-accumulates, its vector bytes,
+vector instructions and pipeline stages; the blocks launched; and the Ascend cost model's
+predicted time. The parallel units are where the records' blocks ran: an NPU's cores, or on
+the cpu-twin the host threads its runner spread the blocks over (each record's ``threads``) —
+the twin keeps an NPU's on-chip sizes, not its 20-odd cores, and waves counted over the NPU's
+cores describe a twin launch so poorly that no model fitted on them predicts a gain. Two kinds
+of model, both linear in log latency with one intercept per (target, dtype):
 
 * ``loglinear``: a least-squares fit on every feature, given enough records (at least
   :data:`MIN_RECORDS_PER_FEATURE` per coefficient, on :data:`MIN_SHAPES` shapes or more);
@@ -25,7 +29,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
@@ -36,17 +40,32 @@ if TYPE_CHECKING:
     from tilewise.kernels.ops import OpSpec
     from tilewise.kernels.targets import TargetProfile
 
-FEATURES = ("waves", "gm_bytes", "cube_macs", "vector_bytes", "vector_calls", "cost_us")
+FEATURES = (
+    "waves",
+    "gm_bytes",
+    "cube_macs",
+    "vector_bytes",
+    "vector_calls",
+    "stages",
+    "blocks",
+    "cost_us",
+)
 MIN_RECORDS_PER_FEATURE = 8
 MIN_SHAPES = 4
 FOLDS = 5
 
 
 def features(
-    spec: OpSpec, tiling: Tiling, shape: Shape, dtype: str, target: TargetProfile
+    spec: OpSpec,
+    tiling: Tiling,
+    shape: Shape,
+    dtype: str,
+    target: TargetProfile,
+    units: int | None = None,
 ) -> list[float] | None:
-    """The :data:`FEATURES` of ``tiling`` at ``shape`` (log2 each); None when the op's cost
-    code cannot describe it."""
+    """The :data:`FEATURES` of ``tiling`` at ``shape`` (log2 each), its blocks run on ``units``
+    parallel units (None: the target's cores the op's cost code names); None when the op's
+    cost code cannot describe it."""
     from tilewise.kernels.backends import predict
 
     try:
@@ -54,13 +73,15 @@ def features(
         cost = predict(spec, tiling, shape, dtype, target).total_us
     except (ArithmeticError, NotImplementedError, KeyError, ValueError):
         return None
-    waves = max(1, math.ceil(work.blocks / max(work.cores, 1)))
+    waves = max(1, math.ceil(work.blocks / max(units or work.cores, 1)))
     return [
         math.log2(waves),
         math.log2(1.0 + waves * work.gm_bytes),
         math.log2(1.0 + waves * work.cube_macs),
         math.log2(1.0 + waves * work.vector_bytes),
         math.log2(1.0 + waves * work.vector_calls),
+        math.log2(1.0 + waves * work.stages),
+        math.log2(max(work.blocks, 1)),
         math.log2(max(cost, 1e-3)),
     ]
 
@@ -85,6 +106,9 @@ class Model:
     error: float  # held-out RMS error of log ratios to the default
     records: int  # samples fitted
     shapes: int
+    #: Per "target/dtype": the parallel units its records' blocks ran on, where they name them
+    #: (the cpu-twin's threads); the features of a decision use the same.
+    units: dict[str, int] = field(default_factory=dict)
 
     def predict(self, x: np.ndarray, group: str) -> np.ndarray:
         log_us: np.ndarray = x @ np.asarray(self.coef) * math.log(2)
@@ -99,6 +123,7 @@ class Model:
             "error": round(self.error, 6),
             "records": self.records,
             "shapes": self.shapes,
+            "units": dict(sorted(self.units.items())),
         }
 
 
