@@ -1,15 +1,20 @@
 """Benchmark: what tuned shapes of an op are worth for shapes that were not tuned (cpu-twin).
 
-    .venv/bin/python bench/transfer.py [--op linear_add_gelu] [--split grid] [--budget 30]
+    .venv/bin/python bench/transfer.py [--split OP:SPLIT[,...] | --split all] [--budget 30]
                                        [--rounds 5] [--no-tune] [--json]
+
+For each split (``SPLITS``: a grid of shapes asked in between and beyond, a token-count sweep
+with the other dims fixed, one where every dim moves):
 
 1. Tunes the op at the split's training shapes (one SQLite database, the default strategy).
 2. For every held-out shape:
-   * the runtime library's answer (``TilingTable.from_db``: exact → nearest → default) is
-     looked up in that database — the nearest tuned shape's tiling *carried* over to this shape
-     by the op's carry rules, or this shape's default where that shape kept its default or its
-     tiling was measured slower than the default at the other tuned shapes (the answer's
-     ``rule``) — with the tuned shape it came from and that shape's own tuned speedup;
+   * the runtime library's answer (``TilingTable.from_db``) is looked up in that database:
+     where the table holds a choice grid (a model fitted on the records), the grid's
+     ``chosen`` tiling or ``predicted_default``; else the nearest tuned shape's tiling
+     *carried* over to this shape by the op's carry rules, or this shape's default where that
+     shape kept its default or its tiling was measured slower than the default at the other
+     tuned shapes (the answer's ``rule``), with the tuned shape it came from and that shape's
+     own tuned speedup;
    * beside it, the *copied* answer of the rule before carry rules: the stored tiling of the
      nearest tuned shape for which it is valid as it is (the default when none is);
    * unless ``--no-tune``, the shape is tuned *cold* (a fresh database) and *warm* (a copy of the
@@ -20,7 +25,10 @@
      compared with the default's by the one-sided Mann-Whitney test the tuner's final
      re-measure uses (p < 0.05): ``slower`` / ``faster`` than the default, or neither;
    * from the records: the evaluations each tune needed to get within 5% of the best time
-     either of them found (the tuned optimum as far as this budget knows).
+     either of them found (the tuned optimum as far as this budget knows);
+   * the share of the tuned gain the runtime's answer captured (:func:`captured`).
+3. Per split, a summary: the runtime's answer faster / the same / slower than the default by
+   the test, and the mean captured share over the shapes a tune sped up by more than 2%.
 
 Prints the machine and date with the figures. Every number is measured on this machine's CPU
 twin; nothing here ran on an NPU.
@@ -69,6 +77,11 @@ SPLITS: dict[tuple[str, str], tuple[list[dict[str, int]], list[dict[str, int]]]]
     ("linear_add_gelu", "tokens"): (
         [{"M": m, "N": 1024, "K": 1024} for m in (16, 128, 1024)],
         [{"M": m, "N": 1024, "K": 1024} for m in (1, 7, 48, 300, 700)],
+    ),
+    # The MLP's token counts: tuned at three, asked at others, the hidden sizes fixed.
+    ("swiglu_mlp", "tokens"): (
+        [{"T": t, "H": 256, "I": 1024} for t in (16, 128, 1024)],
+        [{"T": t, "H": 256, "I": 1024} for t in (1, 7, 48, 300, 700)],
     ),
     # Every dim moves.
     ("swiglu_mlp", "grid"): (
@@ -199,20 +212,34 @@ def _median(samples: list[float]) -> float | None:
     return round(statistics.median(samples), 2) if samples else None
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--op", default="linear_add_gelu", choices=sorted({o for o, _ in SPLITS}))
-    parser.add_argument("--split", default="grid", choices=sorted({s for _, s in SPLITS}))
-    parser.add_argument("--budget", type=int, default=30)
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--no-tune", action="store_true", help="do not tune the held-out shapes")
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
-    op = args.op
-    if (op, args.split) not in SPLITS:
-        parser.error(f"no split {args.split!r} for {op}; splits: {sorted(SPLITS)}")
-    train, held_out = SPLITS[(op, args.split)]
+def captured(row: dict[str, Any]) -> float | None:
+    """The share of the tuned gain the runtime's answer kept at a held-out shape: (1 - its time
+    over the default's) over (1 - the tuned time over the default's); None where no tune beat
+    the default by more than 2% (no gain to capture)."""
+    tuned, runtime = row.get("tuned_over_default"), row["carried_over_default"]
+    if tuned is None or runtime is None or tuned > 0.98:
+        return None
+    return round((1.0 - runtime) / (1.0 - tuned), 3)
+
+
+def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """How often the runtime's answer was faster / the same / slower than the default by the
+    test, and the mean share of the tuned gain it captured over the shapes that had one."""
+    verdicts = [r["carried_vs_default"] for r in rows]
+    shares = [r["captured"] for r in rows if r.get("captured") is not None]
+    return {
+        "shapes": len(rows),
+        "faster": verdicts.count("faster"),
+        "same": sum(v in ("same", "same tiling") for v in verdicts),
+        "slower": verdicts.count("slower"),
+        "shapes_with_tuned_gain": len(shares),
+        "mean_captured": round(statistics.mean(shares), 3) if shares else None,
+    }
+
+
+def run_split(op: str, split: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Tune the split's training shapes, then answer, tune and measure each held-out shape."""
+    train, held_out = SPLITS[(op, split)]
     spec, target = get_op(op), get_target(TARGET)
     started = time.perf_counter()
 
@@ -286,9 +313,11 @@ def main() -> None:
                     },
                 }
             rows.append(row)
-    report = {
+    for row in rows:
+        row["captured"] = captured(row)
+    return {
         "op": op,
-        "split": args.split,
+        "split": split,
         "budget": args.budget,
         "rounds": args.rounds,
         "train_shapes": train,
@@ -296,21 +325,48 @@ def main() -> None:
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="minutes"),
         "seconds": round(time.perf_counter() - started, 1),
         "held_out": rows,
+        "summary": summary(rows),
     }
-    if args.json:
-        print(json.dumps(report, indent=2))
-        return
-    print(
-        f"{op} {args.split}, budget {args.budget}, {report['machine']}, {report['date']}, "
-        f"{report['seconds']} s"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    names = ", ".join(f"{o}:{s}" for o, s in SPLITS)
+    parser.add_argument(
+        "--split",
+        default="linear_add_gelu:grid",
+        help=f"OP:SPLIT[,OP:SPLIT...] or 'all' (splits: {names})",
     )
-    print("shape | carried/default (test) | copied/default (test) | tuned/default")
-    for r in rows:
+    parser.add_argument("--budget", type=int, default=30)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-tune", action="store_true", help="do not tune the held-out shapes")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    wanted: list[tuple[str, str]] = []
+    for item in names.split(", ") if args.split == "all" else args.split.split(","):
+        op, _, split = item.partition(":")
+        if (op, split) not in SPLITS:
+            parser.error(f"no split {item!r}; splits: {names}")
+        wanted.append((op, split))
+    reports = [run_split(op, split, args) for op, split in wanted]
+    if args.json:
+        print(json.dumps(reports, indent=2))
+        return
+    for report in reports:
         print(
-            f"{r['shape']} | {r['carried_over_default']:.3f} ({r['carried_vs_default']}) | "
-            f"{r['copied_over_default']:.3f} ({r['copied_vs_default']}) | "
-            f"{r.get('tuned_over_default') or float('nan'):.3f}"
+            f"{report['op']} {report['split']}, budget {report['budget']}, {report['machine']}, "
+            f"{report['date']}, {report['seconds']} s"
         )
+        print("shape | rule | runtime/default (test) | copied/default (test) | tuned/default")
+        for r in report["held_out"]:
+            tuned = r.get("tuned_over_default") or math.nan
+            print(
+                f"{r['shape']} | {r['runtime_rule']} | {r['carried_over_default']:.3f} "
+                f"({r['carried_vs_default']}) | {r['copied_over_default']:.3f} "
+                f"({r['copied_vs_default']}) | {tuned:.3f}"
+            )
+        print(json.dumps(report["summary"]))
 
 
 if __name__ == "__main__":
