@@ -38,7 +38,7 @@ from tilewise.export._cover import assign, coverage
 from tilewise.kernels.ops import get_op
 from tilewise.kernels.targets import get_target
 from tilewise.runtime import TilingTable
-from tilewise.types import Shape, Workload
+from tilewise.types import Shape, Tiling, Workload
 
 LAG = get_op("linear_add_gelu")
 TWIN = get_target("cpu-twin")
@@ -210,11 +210,21 @@ def test_header_selects_the_member_python_selects(store: st.Store, tmp_path: Pat
     # The default as a third member, chosen by one shape: the header says "use your default".
     group = doc["portfolio"]["groups"][0]
     group["members"].append({"relative": None, "origin": None})
-    group["shapes"][1]["member"] = 2
+    group["shapes"][1].update(member=2, tiling=None)
     (portfolio,) = load_portfolio(doc)
     header = tmp_path / "lag.h"
     header.write_text(render_header(doc, op=LAG.name))
     assert "tilewise_linear_add_gelu_cpu_twin_float32_members[3][" in header.read_text()
+    # A tuned shape's member is its entry's tiling (measured there), though at a member's own
+    # tuned shape re-deriving it from its relative form would not give it back.
+    entries = {Shape(e["shape"]): Tiling(e["tiling"]) for e in doc["entries"]}
+    for shape in PORTFOLIO_SHAPES:
+        member, tiling = portfolio.choose(LAG, TWIN, shape)
+        assert tiling is None if member == 2 else tiling == entries[shape]
+    origin = PORTFOLIO_SHAPES[0]
+    assert portfolio.choose(LAG, TWIN, origin)[1] != RULES.derive(
+        RULES.relative(entries[origin], origin), origin
+    )
 
     rng = random.Random(7)
     asked = [tuple(s[d] for d in LAG.dims) for s in PORTFOLIO_SHAPES]
