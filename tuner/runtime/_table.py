@@ -210,13 +210,17 @@ class TilingTable:
         op: str | None = None,
         target: str | None = None,
         dtype: str | None = None,
+        portfolio: int | None = None,
+        within: float | None = None,
         timeout: float = 30.0,
         headers: Mapping[str, str] | None = None,
         transport: httpx.BaseTransport | None = None,
         **options: int,
     ) -> TilingTable:
         """From the REST API: ``GET {base_url}/v1/tables/{op}`` (or ``/v1/tables`` for every
-        op) with ``format=json`` and the ``target`` and ``dtype`` filters given.
+        op) with ``format=json`` and the ``target`` and ``dtype`` filters given; with
+        ``portfolio`` (and ``within``, a percent) the service's portfolio table of at most that
+        many tilings per op, target and dtype, answered by its selection rule.
 
         Raises:
             StoreError: the API cannot be reached or answers with an error status.
@@ -226,7 +230,8 @@ class TilingTable:
 
         path = "/v1/tables" if op is None else f"/v1/tables/{op}"
         params = {"format": "json"}
-        params.update({k: v for k, v in (("target", target), ("dtype", dtype)) if v is not None})
+        given = (("target", target), ("dtype", dtype), ("portfolio", portfolio), ("within", within))
+        params.update({k: str(v) for k, v in given if v is not None})
         url = base_url.rstrip("/") + path
         try:
             with httpx.Client(timeout=timeout, headers=headers, transport=transport) as client:
