@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
+from tilewise import store as st
 from tilewise.kernels.backends import current_toolchain
-from tilewise.types import Toolchain
+from tilewise.kernels.ops import get_op
+from tilewise.kernels.targets import get_target
+from tilewise.types import Shape, Tiling, Toolchain, Workload
+
+LAG = get_op("linear_add_gelu")
+TWIN = get_target("cpu-twin")
+RULES = LAG.carry_rules("float32", TWIN)
+PORTFOLIO_DRIVER = Path(__file__).parent / "tuner" / "header_driver" / "portfolio_driver.c"
 
 
 def tilewise(*args: str, tmp_path: Path, db: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -31,3 +41,131 @@ def host_toolchain() -> Toolchain:
     found = current_toolchain("cpu-twin")
     assert found is not None, "no C++ compiler for the cpu-twin"
     return found
+
+
+# ---------------------------------------------------------------------------------------------
+# A portfolio's records (tests/tuner/test_export_portfolio.py, test_runtime_portfolio.py)
+
+PORTFOLIO_SHAPES = [
+    Shape({"M": 64, "N": 256, "K": 256}),
+    Shape({"M": 256, "N": 256, "K": 256}),
+    Shape({"M": 1024, "N": 256, "K": 256}),
+    Shape({"M": 256, "N": 1024, "K": 1024}),
+]
+
+
+#: Each tuned shape's best tiling is the default of a shape this many times larger in M and N:
+#: not its own default, and, carried, five distinct tilings at every shape with the default.
+_SCALED = {0: (2, 2), 1: (4, 1), 2: (1, 4), 3: (2, 2)}
+
+
+def portfolio_best(shape: Shape) -> Tiling:
+    m, n = _SCALED[PORTFOLIO_SHAPES.index(shape)] if shape in PORTFOLIO_SHAPES else (2, 2)
+    return LAG.default_tiling(
+        Shape({"M": shape["M"] * m, "N": shape["N"] * n, "K": shape["K"]}), "float32", TWIN
+    )
+
+
+def portfolio_carried(source: Shape, to: Shape) -> Tiling:
+    tiling = LAG.carry(
+        portfolio_best(source), source, to, "float32", TWIN
+    )  # itself at its own shape
+    assert tiling is not None
+    return tiling
+
+
+def portfolio_record(session: Any, workload_id: int, tiling: Tiling, latency: float) -> int:
+    return st.add_record(
+        session,
+        toolchain=host_toolchain(),
+        workload_id=workload_id,
+        tiling=tiling,
+        status="ok",
+        latency_us=latency,
+        spread=0.01,
+        source="search",
+        env={"host": "test"},
+    ).id
+
+
+def portfolio_tuned_set(session: Any) -> None:
+    """Candidates A..D are the best tilings of shapes 0..3. Within 5%: A covers 0, 1, 2 (and was
+    measured 20% slower at 3), B covers 0, 1, 2 (not measured at 3), D and the default cover 3
+    (D at 1.00, the default at 1.04). C was never measured at 3: it does not cover it."""
+    a, b, c, d = PORTFOLIO_SHAPES
+    measured = {
+        0: {(0, a): 100.0, (1, a): 103.0, (None, a): 150.0},  # (candidate, shape): µs
+        1: {(1, b): 100.0, (0, b): 104.0, (None, b): 150.0},
+        2: {(2, c): 100.0, (0, c): 101.5, (1, c): 101.0, (None, c): 150.0},
+        3: {(3, d): 100.0, (None, d): 104.0, (0, d): 120.0},
+    }
+    tilings = [portfolio_best(s) for s in PORTFOLIO_SHAPES]
+    assert len({RULES.relative(t, s) for t, s in zip(tilings, PORTFOLIO_SHAPES, strict=True)}) == 4
+    for at in PORTFOLIO_SHAPES:  # five distinct tilings at every shape: no record stands for two
+        carried = {portfolio_carried(source, at) for source in PORTFOLIO_SHAPES}
+        assert len(carried | {LAG.default_tiling(at, "float32", TWIN)}) == 5
+    for i, shape in enumerate(PORTFOLIO_SHAPES):
+        workload = st.commit_workload(
+            session, Workload(LAG.name, LAG.version, "cpu-twin", "float32", shape)
+        )
+        ids = {}
+        for (source, at), latency in measured[i].items():
+            tiling = (
+                LAG.default_tiling(at, "float32", TWIN)
+                if source is None
+                else portfolio_carried(PORTFOLIO_SHAPES[source], at)
+            )
+            assert tiling != LAG.default_tiling(at, "float32", TWIN) or source is None
+            ids[source] = portfolio_record(session, workload.id, tiling, latency)
+        st.upsert_tiling(
+            session,
+            toolchain=host_toolchain(),
+            workload_id=workload.id,
+            record_id=ids[i],
+            tiling=tilings[i],
+            latency_us=100.0,
+            default_latency_us=measured[i][(None, shape)],
+            speedup=measured[i][(None, shape)] / 100.0,
+            evaluations=len(measured[i]),
+        )
+
+
+# The C compilers a generated header is built with, and the portfolio's driver
+
+
+def c_compilers() -> list[tuple[str, list[str]]]:
+    found = []
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc:
+        found.append((cc, ["-std=c99", "-x", "c"]))
+    cxx = shutil.which("g++") or shutil.which("c++")
+    if cxx:
+        found.append((cxx, ["-std=c++11", "-x", "c++"]))
+    return found
+
+
+def build_portfolio_driver(header: Path, tmp_path: Path, compiler: str, std: list[str]) -> Path:
+    exe = tmp_path / f"portfolio-{Path(compiler).name}"
+    op, upper = LAG.name, LAG.name.upper()
+    cmd = [
+        compiler,
+        *std,
+        "-O2",
+        "-Wall",
+        "-Wextra",
+        "-Werror",
+        "-pedantic",
+        f'-DTW_HEADER="{header}"',
+        f"-DTW_MEMBER=tilewise_{op}_member",
+        f"-DTW_MEMBER_TILING=tilewise_{op}_member_tiling",
+        f"-DTW_FIELDS=TILEWISE_{upper}_FIELDS",
+        f"-DTW_NDIMS={len(LAG.dims)}",
+        "-DTW_ARGS=" + ", ".join(f"(int64_t)d[{i}]" for i in range(len(LAG.dims))),
+        str(PORTFOLIO_DRIVER),
+        "-o",
+        str(exe),
+        "-lm",
+    ]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, " ".join(cmd) + "\n" + done.stderr
+    return exe

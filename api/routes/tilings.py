@@ -19,8 +19,9 @@ from tilewise.api.deps import (
     WorkloadQueryDep,
     blame,
 )
+from tilewise.api.errors import FieldError
 from tilewise.api.schemas import LookupPublic, MissList, WorkloadPublic
-from tilewise.export import render_header, table_document
+from tilewise.export import portfolio_document, render_header, table_document
 from tilewise.kernels.ops import get_op
 
 router = APIRouter(prefix="/v1", tags=["tilings"])
@@ -95,6 +96,56 @@ def list_misses(
     )
 
 
+PortfolioQuery = Annotated[
+    int | None,
+    Query(
+        ge=1,
+        description="At most this many tilings per op, target and dtype, each tuned shape "
+        "mapped to one (greedy set cover on the measured records), with a `portfolio` section "
+        "naming them and the rule that chooses one per shape: `tilewise export --portfolio`.",
+    ),
+]
+WithinQuery = Annotated[
+    float | None,
+    Query(
+        ge=0,
+        lt=1000,
+        description="With portfolio: percent of a shape's tuned latency a member may take "
+        "and still cover the shape (`tilewise export --within`; default 5).",
+    ),
+]
+
+
+def _document(
+    session: Any,
+    *,
+    op: str | None,
+    filters: Any,
+    any_toolchain: bool,
+    portfolio: int | None,
+    within: float | None,
+) -> dict[str, Any]:
+    """The table document, or with ``portfolio`` the portfolio table ``tilewise export
+    --portfolio K --within X`` writes (never measuring: the records' pairs only)."""
+    if portfolio is None:
+        if within is not None:
+            raise FieldError(("query", "within"), "within goes with portfolio=K")
+        return table_document(
+            session, op=op, target=filters.target, dtype=filters.dtype, any_toolchain=any_toolchain
+        )
+    with blame("query", "portfolio"):
+        doc, _ = portfolio_document(
+            session,
+            op=op,
+            target=filters.target,
+            dtype=filters.dtype,
+            k=portfolio,
+            within=(5.0 if within is None else within) / 100,
+            any_toolchain=any_toolchain,
+        )
+    return doc
+
+
 @router.get(
     "/tables",
     responses={200: {"description": "The tiling table document (format tilewise.tilings)."}},
@@ -104,16 +155,20 @@ def all_tables(
     filters: TableFiltersDep,
     format: Annotated[Literal["json"], Query()] = "json",
     any_toolchain: AnyToolchainQuery = False,
+    portfolio: PortfolioQuery = None,
+    within: WithinQuery = None,
 ) -> JSONResponse:
     """Every op's tiling table as one JSON document (what ``tilewise.runtime`` loads): the
-    tilings of the service host's toolchain, unless ``any_toolchain=true``."""
+    tilings of the service host's toolchain, unless ``any_toolchain=true``; with
+    ``portfolio=K`` each op's portfolio table (``tilewise export OP --portfolio K``)."""
     return JSONResponse(
-        table_document(
+        _document(
             session,
             op=None,
-            target=filters.target,
-            dtype=filters.dtype,
+            filters=filters,
             any_toolchain=any_toolchain,
+            portfolio=portfolio,
+            within=within,
         )
     )
 
@@ -134,15 +189,20 @@ def op_table(
     filters: TableFiltersDep,
     format: Annotated[Literal["json", "header"], Query()] = "json",
     any_toolchain: AnyToolchainQuery = False,
+    portfolio: PortfolioQuery = None,
+    within: WithinQuery = None,
 ) -> Response:
     """One op's tiling table: the JSON document, or the C header a host TilingFunc includes
-    (the tilings of the service host's toolchain, unless ``any_toolchain=true``)."""
-    doc = table_document(
+    (the tilings of the service host's toolchain, unless ``any_toolchain=true``); with
+    ``portfolio=K`` the portfolio table of ``tilewise export OP --portfolio K``, whose header
+    also holds the members and the rule choosing one."""
+    doc = _document(
         session,
         op=spec.name,
-        target=filters.target,
-        dtype=filters.dtype,
+        filters=filters,
         any_toolchain=any_toolchain,
+        portfolio=portfolio,
+        within=within,
     )
     if format == "json":
         return JSONResponse(doc)

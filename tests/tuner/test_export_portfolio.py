@@ -7,14 +7,21 @@ import json
 import math
 import os
 import random
-import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
-from tests_support import host_toolchain
+from tests_support import (
+    PORTFOLIO_SHAPES,
+    build_portfolio_driver,
+    c_compilers,
+    host_toolchain,
+    portfolio_best,
+    portfolio_carried,
+    portfolio_record,
+    portfolio_tuned_set,
+)
 
 from tilewise import store as st
 from tilewise.errors import InputError
@@ -36,7 +43,6 @@ from tilewise.types import Shape, Tiling, Workload
 LAG = get_op("linear_add_gelu")
 TWIN = get_target("cpu-twin")
 RULES = LAG.carry_rules("float32", TWIN)
-DRIVER = Path(__file__).parent / "header_driver" / "portfolio_driver.c"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -84,94 +90,13 @@ def test_greedy_cover_refuses_bad_arguments() -> None:
 # ---------------------------------------------------------------------------------------------
 # The cover on records
 
-SHAPES = [
-    Shape({"M": 64, "N": 256, "K": 256}),
-    Shape({"M": 256, "N": 256, "K": 256}),
-    Shape({"M": 1024, "N": 256, "K": 256}),
-    Shape({"M": 256, "N": 1024, "K": 1024}),
-]
-
-
-#: Each tuned shape's best tiling is the default of a shape this many times larger in M and N:
-#: not its own default, and, carried, five distinct tilings at every shape with the default.
-SCALED = {0: (2, 2), 1: (4, 1), 2: (1, 4), 3: (2, 2)}
-
-
-def _best(shape: Shape) -> Tiling:
-    m, n = SCALED[SHAPES.index(shape)] if shape in SHAPES else (2, 2)
-    return LAG.default_tiling(
-        Shape({"M": shape["M"] * m, "N": shape["N"] * n, "K": shape["K"]}), "float32", TWIN
-    )
-
-
-def _carried(source: Shape, to: Shape) -> Tiling:
-    tiling = LAG.carry(_best(source), source, to, "float32", TWIN)  # itself at its own shape
-    assert tiling is not None
-    return tiling
-
-
-def _record(session: Any, workload_id: int, tiling: Tiling, latency: float) -> int:
-    return st.add_record(
-        session,
-        toolchain=host_toolchain(),
-        workload_id=workload_id,
-        tiling=tiling,
-        status="ok",
-        latency_us=latency,
-        spread=0.01,
-        source="search",
-        env={"host": "test"},
-    ).id
-
-
-def _tuned_set(session: Any) -> None:
-    """Candidates A..D are the best tilings of shapes 0..3. Within 5%: A covers 0, 1, 2 (and was
-    measured 20% slower at 3), B covers 0, 1, 2 (not measured at 3), D and the default cover 3
-    (D at 1.00, the default at 1.04). C was never measured at 3: it does not cover it."""
-    a, b, c, d = SHAPES
-    measured = {
-        0: {(0, a): 100.0, (1, a): 103.0, (None, a): 150.0},  # (candidate, shape): µs
-        1: {(1, b): 100.0, (0, b): 104.0, (None, b): 150.0},
-        2: {(2, c): 100.0, (0, c): 101.5, (1, c): 101.0, (None, c): 150.0},
-        3: {(3, d): 100.0, (None, d): 104.0, (0, d): 120.0},
-    }
-    tilings = [_best(s) for s in SHAPES]
-    assert len({RULES.relative(t, s) for t, s in zip(tilings, SHAPES, strict=True)}) == 4
-    for at in SHAPES:  # five distinct tilings at every shape: no record stands for two
-        carried = {_carried(source, at) for source in SHAPES}
-        assert len(carried | {LAG.default_tiling(at, "float32", TWIN)}) == 5
-    for i, shape in enumerate(SHAPES):
-        workload = st.commit_workload(
-            session, Workload(LAG.name, LAG.version, "cpu-twin", "float32", shape)
-        )
-        ids = {}
-        for (source, at), latency in measured[i].items():
-            tiling = (
-                LAG.default_tiling(at, "float32", TWIN)
-                if source is None
-                else _carried(SHAPES[source], at)
-            )
-            assert tiling != LAG.default_tiling(at, "float32", TWIN) or source is None
-            ids[source] = _record(session, workload.id, tiling, latency)
-        st.upsert_tiling(
-            session,
-            toolchain=host_toolchain(),
-            workload_id=workload.id,
-            record_id=ids[i],
-            tiling=tilings[i],
-            latency_us=100.0,
-            default_latency_us=measured[i][(None, shape)],
-            speedup=measured[i][(None, shape)] / 100.0,
-            evaluations=len(measured[i]),
-        )
-
 
 def test_portfolio_of_a_synthetic_record_set(store: st.Store) -> None:
     with store.session() as session:
-        _tuned_set(session)
+        portfolio_tuned_set(session)
     with store.session() as session:
         doc, (group,) = portfolio_document(session, op=LAG.name, k=2, within=0.05)
-    relative = [RULES.relative(_best(s), s) for s in SHAPES]
+    relative = [RULES.relative(portfolio_best(s), s) for s in PORTFOLIO_SHAPES]
     # A first (covers 3; B too, but B leaves shape 3 unmeasured), then D over the default.
     assert [group.candidates[c].relative for c in group.chosen] == [relative[0], relative[3]]
     assert group.pairs == {"records": 13, "measured_now": 0, "not_measured": 7, "not_carried": 0}
@@ -184,41 +109,46 @@ def test_portfolio_of_a_synthetic_record_set(store: st.Store) -> None:
     assert group.report[7].members == 2  # every shape covered by two
 
     entries = {Shape(e["shape"]): e for e in doc["entries"]}
-    for i, shape in enumerate(SHAPES):
+    for i, shape in enumerate(PORTFOLIO_SHAPES):
         member = 1 if i == 3 else 0
-        source = SHAPES[3] if i == 3 else SHAPES[0]
+        source = PORTFOLIO_SHAPES[3] if i == 3 else PORTFOLIO_SHAPES[0]
         assert entries[shape]["member"] == member
-        assert entries[shape]["tiling"] == dict(_carried(source, shape))
+        assert entries[shape]["tiling"] == dict(portfolio_carried(source, shape))
         assert entries[shape]["member_measured"] is True
-    assert entries[SHAPES[1]]["slowdown"] == pytest.approx(1.04)
-    assert entries[SHAPES[1]]["latency_us"] == 104.0
-    assert entries[SHAPES[1]]["speedup"] == pytest.approx(1.5 / 1.04)
+    assert entries[PORTFOLIO_SHAPES[1]]["slowdown"] == pytest.approx(1.04)
+    assert entries[PORTFOLIO_SHAPES[1]]["latency_us"] == 104.0
+    assert entries[PORTFOLIO_SHAPES[1]]["speedup"] == pytest.approx(1.5 / 1.04)
 
     # The runtime loads it as any table: every tuned shape answers its member's tiling.
     table = TilingTable.from_document(json.loads(dump_document(doc)))
     assert table.rejected == [] and len(table) == 4
-    for shape in SHAPES:
+    for shape in PORTFOLIO_SHAPES:
         answer = table.lookup(LAG.name, target="cpu-twin", dtype="float32", shape=shape)
         assert answer.source == "exact" and dict(answer.tiling) == entries[shape]["tiling"]
     (loaded,) = load_portfolio(doc)
     assert loaded.members == (relative[0], relative[3])
-    assert loaded.choose(LAG, TWIN, SHAPES[2]) == (0, _carried(SHAPES[0], SHAPES[2]))
+    assert loaded.choose(LAG, TWIN, PORTFOLIO_SHAPES[2]) == (
+        0,
+        portfolio_carried(PORTFOLIO_SHAPES[0], PORTFOLIO_SHAPES[2]),
+    )
 
 
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_a_shape_where_no_member_was_measured_says_so(store: st.Store) -> None:
     """Two tuned shapes, each best measured only at its own shape: one tiling cannot cover both
     within 5%, and the shape left out gets the member carried over, marked unmeasured."""
-    two = SHAPES[:2]
+    two = PORTFOLIO_SHAPES[:2]
     with store.session() as session:
         for shape in two:
             workload = st.commit_workload(
                 session, Workload(LAG.name, LAG.version, "cpu-twin", "float32", shape)
             )
-            rid = _record(session, workload.id, _best(shape), 100.0)
-            _record(session, workload.id, LAG.default_tiling(shape, "float32", TWIN), 150.0)
+            rid = portfolio_record(session, workload.id, portfolio_best(shape), 100.0)
+            portfolio_record(
+                session, workload.id, LAG.default_tiling(shape, "float32", TWIN), 150.0
+            )
             st.upsert_tiling(
-                session, workload_id=workload.id, record_id=rid, tiling=_best(shape),
+                session, workload_id=workload.id, record_id=rid, tiling=portfolio_best(shape),
                 latency_us=100.0, default_latency_us=150.0, speedup=1.5, evaluations=2,
                 toolchain=host_toolchain(),
             )  # fmt: skip
@@ -230,7 +160,7 @@ def test_a_shape_where_no_member_was_measured_says_so(store: st.Store) -> None:
     (other,) = [s for s in two if s != source]
     entries = {Shape(e["shape"]): e for e in doc["entries"]}
     assert entries[other]["member_measured"] is False and entries[other]["slowdown"] is None
-    assert entries[other]["tiling"] == dict(_carried(source, other))
+    assert entries[other]["tiling"] == dict(portfolio_carried(source, other))
     assert entries[other]["latency_us"] == 100.0  # the tuned latency: nothing else measured
     assert entries[other]["speedup"] is None
     assert entries[source]["member_measured"] is True and entries[source]["slowdown"] == 1.0
@@ -256,7 +186,7 @@ def test_a_malformed_portfolio_section_is_refused() -> None:
                     "target": "cpu-twin",
                     "dtype": "float32",
                     "members": [{"relative": None, "origin": None}],
-                    "shapes": [{"shape": dict(SHAPES[0]), "member": 1}],
+                    "shapes": [{"shape": dict(PORTFOLIO_SHAPES[0]), "member": 1}],
                 }
             ],
         }
@@ -270,62 +200,34 @@ def test_a_malformed_portfolio_section_is_refused() -> None:
 # The header
 
 
-def _compilers() -> list[tuple[str, list[str]]]:
-    found = []
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc:
-        found.append((cc, ["-std=c99", "-x", "c"]))
-    cxx = shutil.which("g++") or shutil.which("c++")
-    if cxx:
-        found.append((cxx, ["-std=c++11", "-x", "c++"]))
-    return found
-
-
-def _build(header: Path, tmp_path: Path, compiler: str, std: list[str]) -> Path:
-    exe = tmp_path / f"portfolio-{Path(compiler).name}"
-    op, upper = LAG.name, LAG.name.upper()
-    cmd = [
-        compiler,
-        *std,
-        "-O2",
-        "-Wall",
-        "-Wextra",
-        "-Werror",
-        "-pedantic",
-        f'-DTW_HEADER="{header}"',
-        f"-DTW_MEMBER=tilewise_{op}_member",
-        f"-DTW_MEMBER_TILING=tilewise_{op}_member_tiling",
-        f"-DTW_FIELDS=TILEWISE_{upper}_FIELDS",
-        f"-DTW_NDIMS={len(LAG.dims)}",
-        "-DTW_ARGS=" + ", ".join(f"(int64_t)d[{i}]" for i in range(len(LAG.dims))),
-        str(DRIVER),
-        "-o",
-        str(exe),
-        "-lm",
-    ]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
-    assert done.returncode == 0, " ".join(cmd) + "\n" + done.stderr
-    return exe
-
-
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
-@pytest.mark.skipif(not _compilers(), reason="no C compiler")
+@pytest.mark.skipif(not c_compilers(), reason="no C compiler")
 def test_header_selects_the_member_python_selects(store: st.Store, tmp_path: Path) -> None:
     with store.session() as session:
-        _tuned_set(session)
+        portfolio_tuned_set(session)
     with store.session() as session:
         doc, _ = portfolio_document(session, op=LAG.name, k=2, within=0.05)
     # The default as a third member, chosen by one shape: the header says "use your default".
     group = doc["portfolio"]["groups"][0]
     group["members"].append({"relative": None, "origin": None})
-    group["shapes"][1]["member"] = 2
+    group["shapes"][1].update(member=2, tiling=None)
     (portfolio,) = load_portfolio(doc)
     header = tmp_path / "lag.h"
     header.write_text(render_header(doc, op=LAG.name))
     assert "tilewise_linear_add_gelu_cpu_twin_float32_members[3][" in header.read_text()
+    # A tuned shape's member is its entry's tiling (measured there), though at a member's own
+    # tuned shape re-deriving it from its relative form would not give it back.
+    entries = {Shape(e["shape"]): Tiling(e["tiling"]) for e in doc["entries"]}
+    for shape in PORTFOLIO_SHAPES:
+        member, tiling = portfolio.choose(LAG, TWIN, shape)
+        assert tiling is None if member == 2 else tiling == entries[shape]
+    origin = PORTFOLIO_SHAPES[0]
+    assert portfolio.choose(LAG, TWIN, origin)[1] != RULES.derive(
+        RULES.relative(entries[origin], origin), origin
+    )
 
     rng = random.Random(7)
-    asked = [tuple(s[d] for d in LAG.dims) for s in SHAPES]
+    asked = [tuple(s[d] for d in LAG.dims) for s in PORTFOLIO_SHAPES]
     for _ in range(300):
         asked.append(tuple(max(1, int(2 ** rng.uniform(3, 12))) for _ in LAG.dims))
     asked.append((3000, 3, 5000))
@@ -340,8 +242,8 @@ def test_header_selects_the_member_python_selects(store: st.Store, tmp_path: Pat
         )
     expected.append([-1, 0])  # no portfolio for float16
     assert {e[0] for e in expected[:-1]} == {0, 1, 2}  # the sweep meets every member
-    for compiler, std in _compilers():
-        exe = _build(header, tmp_path, compiler, std)
+    for compiler, std in c_compilers():
+        exe = build_portfolio_driver(header, tmp_path, compiler, std)
         done = subprocess.run(
             [str(exe)], input=text, capture_output=True, text=True, timeout=60, check=True
         )
@@ -355,8 +257,8 @@ def test_header_refuses_a_portfolio_of_a_group_without_entries() -> None:
         "op_version": LAG.version,
         "target": "cpu-twin",
         "dtype": "float32",
-        "shape": dict(SHAPES[0]),
-        "tiling": dict(_best(SHAPES[0])),
+        "shape": dict(PORTFOLIO_SHAPES[0]),
+        "tiling": dict(portfolio_best(PORTFOLIO_SHAPES[0])),
         "latency_us": 10.0,
         "evaluations": 1,
     }
@@ -374,7 +276,7 @@ def test_header_refuses_a_portfolio_of_a_group_without_entries() -> None:
                     "target": "cpu-twin",
                     "dtype": "float16",
                     "members": [{"relative": None, "origin": None}],
-                    "shapes": [{"shape": dict(SHAPES[0]), "member": 0}],
+                    "shapes": [{"shape": dict(PORTFOLIO_SHAPES[0]), "member": 0}],
                 }
             ],
         },
@@ -403,7 +305,7 @@ def tilewise(*args: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_cli_exports_a_portfolio_with_its_report(store: st.Store, tmp_path: Path) -> None:
     with store.session() as session:
-        _tuned_set(session)
+        portfolio_tuned_set(session)
     out = tmp_path / "p.json"
     done = tilewise(
         "export", LAG.name, "--db", store.url, "--portfolio", "2", "--report", "-o", str(out),
@@ -442,9 +344,9 @@ def test_cli_measures_the_pairs_the_records_lack(store: st.Store, tmp_path: Path
             workload = st.commit_workload(
                 session, Workload(LAG.name, LAG.version, "cpu-twin", "float32", shape)
             )
-            best = _best(shape)
-            rid = _record(session, workload.id, best, 50.0)
-            _record(session, workload.id, LAG.default_tiling(shape, "float32", TWIN), 60.0)
+            best = portfolio_best(shape)
+            rid = portfolio_record(session, workload.id, best, 50.0)
+            portfolio_record(session, workload.id, LAG.default_tiling(shape, "float32", TWIN), 60.0)
             st.upsert_tiling(
                 session, workload_id=workload.id, record_id=rid, tiling=best, latency_us=50.0,
                 default_latency_us=60.0, speedup=1.2, evaluations=2, toolchain=host_toolchain(),
@@ -455,8 +357,8 @@ def test_cli_measures_the_pairs_the_records_lack(store: st.Store, tmp_path: Path
         "-o", str(out), tmp_path=tmp_path,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    recorded = {s: {_best(s), LAG.default_tiling(s, "float32", TWIN)} for s in small}
-    carried = [_carried(a, b) for a in small for b in small if a != b]
+    recorded = {s: {portfolio_best(s), LAG.default_tiling(s, "float32", TWIN)} for s in small}
+    carried = [portfolio_carried(a, b) for a in small for b in small if a != b]
     now = sum(1 for t, b in zip(carried, small[::-1], strict=True) if t not in recorded[b])
     assert now >= 1  # something for --measure to do
     assert f"{6 - now} in the records, {now} measured now, 0 not measured" in done.stdout

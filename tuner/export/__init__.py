@@ -47,7 +47,8 @@ A portfolio table (:func:`portfolio_document`, ``tilewise export --portfolio K``
 document whose tuned shapes each hold one of at most K tilings per target and dtype, picked by
 a greedy set cover on the measured records, with a ``portfolio`` section naming the members and
 the rule that chooses one per shape (:func:`load_portfolio`,
-:mod:`tilewise.export._portfolio_doc`); the header then carries them too.
+:mod:`tilewise.export._portfolio_doc`); the header then carries them too, and
+:mod:`tilewise.runtime` answers by that rule.
 
 The C header (:func:`render_header`) holds one op's entries of the op's current version; see
 the comment it starts with for its contract.

@@ -19,6 +19,7 @@ from tilewise.types import DTYPES, MAX_DIM, Shape, Tiling, Workload
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
+    from tilewise.export._portfolio_doc import PortfolioGroup
     from tilewise.kernels.ops import OpSpec
     from tilewise.kernels.targets import TargetProfile
     from tilewise.store import TilingRow, WorkloadRow
@@ -99,15 +100,23 @@ class Loaded(_Rows):
     """A document's valid entries, and one message per entry left out (naming where it is and
     what is wrong with it: ``entries[3].shape.M: expected an integer, got '4'``); unpacks as
     that pair. ``choices`` holds the document's valid choice grids
-    (:mod:`tilewise.export._choice`); a bad one is named in ``rejected`` too."""
+    (:mod:`tilewise.export._choice`); a bad one is named in ``rejected`` too. ``portfolio``
+    holds the groups of its ``portfolio`` section (:mod:`tilewise.export._portfolio_doc`;
+    empty without one)."""
 
     choices: Sequence[Choice]
+    portfolio: Sequence[PortfolioGroup]
 
     def __new__(
-        cls, entries: list[TableEntry], rejected: list[str], choices: Sequence[Choice] = ()
+        cls,
+        entries: list[TableEntry],
+        rejected: list[str],
+        choices: Sequence[Choice] = (),
+        portfolio: Sequence[PortfolioGroup] = (),
     ) -> Loaded:
         self = super().__new__(cls, entries, rejected)
         self.choices = tuple(choices)
+        self.portfolio = tuple(portfolio)
         return self
 
 
@@ -310,7 +319,9 @@ def load_entries(doc: object, *, source: str = "tiling table") -> Loaded:
     """Validate a decoded document: its valid entries, and the bad ones named.
 
     Raises:
-        TableFormatError: the document as a whole is not a table of this format version.
+        TableFormatError: the document as a whole is not a table of this format version, or
+            its ``portfolio`` section is malformed (a portfolio is one rule for its shapes:
+            there is no part of it to leave out).
     """
     if not isinstance(doc, dict):
         raise TableFormatError(f"{source}: expected a JSON object, got {_kind(doc)}")
@@ -350,7 +361,13 @@ def load_entries(doc: object, *, source: str = "tiling table") -> Loaded:
         seen.add(key)
         entries.append(entry)
     choices, bad = parse_choices(doc.get("choices"))
-    return Loaded(entries, rejected + bad, choices)
+    from tilewise.export._portfolio_doc import load_portfolio  # it imports this module
+
+    try:
+        portfolio = load_portfolio(doc)
+    except TableFormatError as exc:
+        raise TableFormatError(f"{source}: {exc}") from None
+    return Loaded(entries, rejected + bad, choices, portfolio)
 
 
 def _short(value: object) -> str:

@@ -214,13 +214,19 @@ def _portfolios(
             members.append("{" + ", ".join(str(0 if m is None else m[f]) for f in fields) + "}")
             defaults.append(int(m is None))
         rows = []
-        for shape, member in sorted(
-            zip(g.shapes, g.member_of, strict=True), key=lambda x: shape_order_key(x[0], dims)
+        tilings = g.tilings or (None,) * len(g.shapes)
+        for shape, member, tiling in sorted(
+            zip(g.shapes, g.member_of, tilings, strict=True),
+            key=lambda x: shape_order_key(x[0], dims),
         ):
             spec.validate_shape(shape)
             logs = ", ".join(repr(spec.log_position(d, shape[d])) for d in dims)
+            if tiling is not None and set(tiling) != set(fields):
+                raise InputError(f"{spec.name} portfolio: a tuned shape's tiling fields differ")
+            at = "{" + ", ".join(str(0 if tiling is None else tiling[f]) for f in fields) + "}"
             rows.append(
-                "{{" + ", ".join(str(shape[d]) for d in dims) + "}, {" + logs + f"}}, {member}}}"
+                "{{" + ", ".join(str(shape[d]) for d in dims) + "}, {" + logs + f"}}, {member}, "
+                f"{int(tiling is not None)}, {at}}}"
             )
         out[(g.target, g.dtype)] = {
             "members": members,

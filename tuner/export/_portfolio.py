@@ -197,7 +197,7 @@ def build_group(
 def portfolio_document(
     session: Session,
     *,
-    op: str,
+    op: str | None,
     target: str | None = None,
     dtype: str | None = None,
     k: int,
@@ -205,10 +205,11 @@ def portfolio_document(
     measure: MeasureFn | None = None,
     any_toolchain: bool = False,
 ) -> tuple[dict[str, Any], list[GroupPortfolio]]:
-    """The table document of ``op`` with every current-version tuned shape's tiling replaced by
-    its portfolio member (at most ``k`` per target and dtype, covering within ``within``, a
-    share: 0.05 is 5%), its ``portfolio`` section, and each group's portfolio. The tuned
-    shapes are those of :func:`table_document` (this host's toolchain, or ``any_toolchain``).
+    """The table document of ``op`` (None: of every op) with every current-version tuned
+    shape's tiling replaced by its portfolio member (at most ``k`` per op, target and dtype,
+    covering within ``within``, a share: 0.05 is 5%), its ``portfolio`` section, and each
+    group's portfolio. The tuned shapes are those of :func:`table_document` (this host's
+    toolchain, or ``any_toolchain``).
 
     Raises:
         InputError: unknown op, target or dtype; k below 1; within negative.
@@ -223,8 +224,7 @@ def portfolio_document(
     if not 0 <= within < 10:
         raise InputError(f"--within takes a share between 0 and 10 (1000%), got {within}")
     doc = table_document(session, op=op, target=target, dtype=dtype, any_toolchain=any_toolchain)
-    spec = get_op(op)
-    groups: dict[tuple[str, str], list[tuple[Any, Any]]] = {}
+    groups: dict[tuple[str, str, str], list[tuple[Any, Any]]] = {}
     tuned = best_tilings(
         session,
         op=op,
@@ -235,11 +235,11 @@ def portfolio_document(
     )
     for w, t in tuned:
         if relative_form(w.workload, t.tiling) is not None:  # the running version only
-            groups.setdefault((w.target, w.dtype), []).append((w, t))
+            groups.setdefault((w.op, w.target, w.dtype), []).append((w, t))
     built = [
         build_group(
             session,
-            spec=spec,
+            spec=get_op(o),
             target=get_target(t),
             dtype=d,
             rows=rows,
@@ -247,17 +247,18 @@ def portfolio_document(
             within=within,
             measure=measure,
         )
-        for (t, d), rows in sorted(groups.items())
+        for (o, t, d), rows in sorted(groups.items())
     ]
     where = {
-        (g.op_version, g.target, g.dtype, shape): (g, s)
+        (g.op, g.op_version, g.target, g.dtype, shape): (g, s)
         for g in built
         for s, shape in enumerate(g.shapes)
     }
     entries = []
     for e in doc["entries"]:
-        found = where.get((e["op_version"], e["target"], e["dtype"], Shape(e["shape"])))
-        entries.append(e if found is None else _member_entry(spec, e, *found))
+        key = (e["op"], e["op_version"], e["target"], e["dtype"], Shape(e["shape"]))
+        found = where.get(key)
+        entries.append(e if found is None else _member_entry(get_op(e["op"]), e, *found))
     doc["entries"] = entries
     doc["portfolio"] = section(built, k=k, within=within)
     return doc, built

@@ -1,8 +1,8 @@
 """The ``portfolio`` section of a tiling table document, and the selection rule it carries.
 
 ``tilewise export --portfolio K`` adds it at the top level (format version 2: readers that do
-not know it skip it; :mod:`tilewise.runtime` loads such a document as any table, whose entries
-hold each tuned shape's member)::
+not know it skip it and answer from the entries, which hold each tuned shape's member;
+:mod:`tilewise.runtime` answers by its selection rule)::
 
     "portfolio": {
       "k": 3, "within": 0.05,
@@ -12,21 +12,28 @@ hold each tuned shape's member)::
          "members": [{"relative": {"baseM": 128, ..., "singleCoreM": 8, ...},
                       "origin": {"M": 512, "N": 256, "K": 256}},
                      {"relative": null, "origin": null}],
-         "shapes": [{"shape": {"M": 32, "N": 256, "K": 256}, "member": 1}, ...],
+         "shapes": [{"shape": {"M": 512, "N": 256, "K": 256}, "member": 0,
+                     "tiling": {"baseM": 128, ..., "singleCoreM": 64, ...}},
+                    {"shape": {"M": 32, "N": 256, "K": 256}, "member": 1, "tiling": null},
+                    ...],
          "coverage": [{"k": 1, "members": 1, "covered": 0.5, ...}, ...],
          "pairs": {"records": 40, "measured_now": 0, "not_measured": 8, "not_carried": 0}}
       ]
     }
 
 A member is a tiling in its relative form (the op's carry rules re-derive it for any shape),
-or with ``relative`` null the op's default tiling. The selection rule
-(:meth:`PortfolioGroup.choose`, and the header's ``<prefix>_member`` and
-``<prefix>_member_tiling``): a tuned shape takes its own member; any other shape takes the
-member of the nearest tuned shape (the runtime's and the header's distance and ties: the
-smallest sum over dims of ``|log2 asked - log2 tuned|``, ties to the smaller tuned shape in
-dims order), re-derived for the asked shape from the member's relative form. Nothing is
-checked against the op's validity rules for the asked shape (as in the header's nearest
-answers).
+or with ``relative`` null the op's default tiling. A tuned shape's ``tiling`` (an addition:
+null for the default member, absent in older documents) is its member's tiling there as the
+entries hold it and the export measured it: at the member's own tuned shape the tuned tiling,
+which re-deriving from the relative form does not always give back (a core split of 176 of
+N = 256 carries as 2 pieces, 128 each). The selection rule (:meth:`PortfolioGroup.choose`,
+:mod:`tilewise.runtime`'s rule ``portfolio``, and the header's ``<prefix>_member`` and
+``<prefix>_member_tiling``): a tuned shape takes its own member, at its ``tiling``; any other
+shape takes the member of the nearest tuned shape (the runtime's and the header's distance
+and ties: the smallest sum over dims of ``|log2 asked - log2 tuned|``, ties to the smaller
+tuned shape in dims order), re-derived for the asked shape from the member's relative form
+(as is a tuned shape without a ``tiling``). Nothing is checked against the op's validity
+rules for the asked shape (as in the header's nearest answers).
 """
 
 from __future__ import annotations
@@ -46,9 +53,19 @@ if TYPE_CHECKING:
 
 def section(built: Sequence[GroupPortfolio], *, k: int, within: float) -> dict[str, Any]:
     """The ``portfolio`` section of the groups built by :mod:`tilewise.export._portfolio`."""
+    from tilewise.kernels.ops import get_op
+    from tilewise.kernels.targets import get_target
+
     groups = []
     for g in built:
         members = [g.candidates[c] for c in g.chosen]
+        spec, target = get_op(g.op), get_target(g.target)
+        # Each tuned shape's member there, as the entries hold it (None: the default member).
+        tilings: list[dict[str, int] | None] = []
+        for s, shape in enumerate(g.shapes):
+            member = members[g.assigned[s]]
+            tiling = None if member.relative is None else member.at(spec, target, g.dtype, shape)
+            tilings.append(None if tiling is None else dict(tiling))
         groups.append(
             {
                 "op": g.op,
@@ -63,7 +80,12 @@ def section(built: Sequence[GroupPortfolio], *, k: int, within: float) -> dict[s
                     for m in members
                 ],
                 "shapes": [
-                    {"shape": dict(shape), "member": g.assigned[s], "slowdown": g.slowdown(s)}
+                    {
+                        "shape": dict(shape),
+                        "member": g.assigned[s],
+                        "tiling": tilings[s],
+                        "slowdown": g.slowdown(s),
+                    }
                     for s, shape in enumerate(g.shapes)
                 ],
                 "coverage": [c.to_dict() for c in g.report],
@@ -82,11 +104,14 @@ class PortfolioGroup:
     target: str
     dtype: str
     members: tuple[Tiling | None, ...]  # relative forms; None: the op's default tiling
-    shapes: tuple[Shape, ...]  # sorted in dims order (the header's order)
+    shapes: tuple[Shape, ...]  # in the section's order
     member_of: tuple[int, ...]  # per shape
+    #: Per shape, its member's tiling there (None: re-derived); () in an older document.
+    tilings: tuple[Tiling | None, ...] = ()
 
-    def member(self, spec: OpSpec, shape: Mapping[str, int]) -> int:
-        """The member index for ``shape`` (see the module docstring)."""
+    def nearest(self, spec: OpSpec, shape: Mapping[str, int]) -> int:
+        """The index of the tuned shape whose member ``shape`` takes (the shape itself where
+        tuned; see the module docstring)."""
         asked = spec.validate_shape(shape)
         where, dims = spec.log_position, spec.dims
         best, best_d = -1, 0.0
@@ -94,13 +119,17 @@ class PortfolioGroup:
         for i in sorted(range(len(self.shapes)), key=lambda i: [self.shapes[i][d] for d in dims]):
             tuned = self.shapes[i]
             if tuned == asked:
-                return self.member_of[i]
+                return i
             d = abs(where(dims[0], tuned[dims[0]]) - where(dims[0], asked[dims[0]]))
             for dim in dims[1:]:
                 d += abs(where(dim, tuned[dim]) - where(dim, asked[dim]))
             if best < 0 or d < best_d:
                 best, best_d = i, d
-        return self.member_of[best]
+        return best
+
+    def member(self, spec: OpSpec, shape: Mapping[str, int]) -> int:
+        """The member index for ``shape`` (see the module docstring)."""
+        return self.member_of[self.nearest(spec, shape)]
 
     def choose(
         self, spec: OpSpec, target: TargetProfile, shape: Mapping[str, int]
@@ -108,11 +137,15 @@ class PortfolioGroup:
         """The member for ``shape`` and its tiling there: None when the member is the op's
         default tiling, or a re-derived value would not fit int32 ("use your default", as the
         header's ``member_tiling`` returns 0)."""
-        member = self.member(spec, shape)
+        index = self.nearest(spec, shape)
+        member = self.member_of[index]
         relative = self.members[member]
         if relative is None:
             return member, None
-        return member, spec.carry_rules(self.dtype, target).derive(relative, Shape(shape))
+        asked = Shape(shape)
+        if self.shapes[index] == asked and self.tilings and self.tilings[index] is not None:
+            return member, self.tilings[index]
+        return member, spec.carry_rules(self.dtype, target).derive(relative, asked)
 
 
 def load_portfolio(doc: Mapping[str, Any]) -> list[PortfolioGroup]:
@@ -159,8 +192,16 @@ def load_portfolio(doc: Mapping[str, Any]) -> list[PortfolioGroup]:
                 raise TableFormatError(f"{at}: expected an object")
             shape = Shape(_int_map(item, "shape", at, low=0, high=MAX_DIM))
             member = _int(item.get("member"), f"{at}.member", low=0, high=len(members) - 1)
-            pairs.append((shape, member))
-        if len({s for s, _ in pairs}) != len(pairs):
+            tiling = None
+            if item.get("tiling") is not None:
+                tiling = Tiling(_int_map(item, "tiling", at, low=-INT32_MAX, high=INT32_MAX))
+                relative = members[member]
+                if relative is None:
+                    raise TableFormatError(f"{at}.tiling: a tiling for the default member")
+                if set(tiling) != set(relative):
+                    raise TableFormatError(f"{at}.tiling: not the fields of its member")
+            pairs.append((shape, member, tiling))
+        if len({s for s, _, _ in pairs}) != len(pairs):
             raise TableFormatError(f"{here}.shapes: a shape listed twice")
         out.append(
             PortfolioGroup(
@@ -169,8 +210,9 @@ def load_portfolio(doc: Mapping[str, Any]) -> list[PortfolioGroup]:
                 target=_text(group, "target", here),
                 dtype=_text(group, "dtype", here),
                 members=tuple(members),
-                shapes=tuple(s for s, _ in pairs),
-                member_of=tuple(m for _, m in pairs),
+                shapes=tuple(s for s, _, _ in pairs),
+                member_of=tuple(m for _, m, _ in pairs),
+                tilings=tuple(t for _, _, t in pairs),
             )
         )
     return out

@@ -40,6 +40,19 @@ The fallback order, and the ``source`` (and ``rule``) each rule answers with:
    where Python answers a default).
 4. ``default``: the op's hand-written heuristic (``OpSpec.default_tiling``).
 
+A portfolio table (``tilewise export --portfolio K``: at most K tilings per target and dtype)
+answers every shape of an op, target and dtype its ``portfolio`` section covers by the section's
+selection rule instead (rule ``portfolio``, :attr:`Answer.member` the member's index; see
+:mod:`tilewise.export._portfolio_doc`): a tuned shape its own member, as the entry holds it
+(source ``exact``); any other shape the member of the nearest tuned shape (the distance and
+ties above), re-derived for it by the carry rules (source ``nearest``), or the asked shape's
+default where the member is the op's default or a re-derived value would not fit int32
+(source ``default``). Like the C header's ``<prefix>_member_tiling``, and unlike the nearest
+rule, it does not check the tiling against the op's validity rules: the launcher runs the
+portfolio's few tilings only. :meth:`TilingTable.portfolios` lists the portfolios in use; a
+malformed section refuses the table (:class:`~tilewise.export.TableFormatError`, naming the
+field).
+
 Entries of another op version than the running code's (a changed kernel is a new workload) and
 entries of ops or targets this code does not know are kept out at load time and counted in
 :attr:`TilingTable.skipped`. So is an invalid entry (a field of the wrong type, a shape the op

@@ -15,9 +15,11 @@ Source = Literal["exact", "nearest", "default"]
 #: asked shape (``carried``); the asked shape's default because the nearest tuned shape kept its
 #: default (``kept_default``) or because its tiling, carried to other tuned shapes, was measured
 #: slower than their default (``measured_slower``); the default with no tuned shape to go by
-#: (``default``).
+#: (``default``); by the table's portfolio, the member of the asked shape, or of the nearest
+#: tuned shape, re-derived for the asked shape (``portfolio``).
 Rule = Literal[
     "exact",
+    "portfolio",
     "chosen",
     "predicted_default",
     "carried",
@@ -39,7 +41,14 @@ class Answer:
     over the answered tiling's as predicted: by the table's model for ``chosen`` (and, for
     ``predicted_default``, that of the best candidate, which did not beat the model's error);
     else that neighbour's tiling's measured gain where it was carried to other tuned shapes
-    (None without such measurements).
+    (None without such measurements; always None for ``portfolio``).
+
+    ``member`` is, for rule ``portfolio``, the index of the portfolio member answering (into
+    the section's ``members``; the C header's ``<prefix>_member``), None otherwise. A
+    portfolio's tuned shape answers with source ``exact``, any other shape ``nearest``, or
+    ``default`` where the member is the op's default tiling or its re-derived values do not
+    fit int32 (the header's "use your default"); ``workload``, ``latency_us`` and
+    ``distance`` are then those of the tuned shape whose member it is.
     """
 
     tiling: Tiling
@@ -49,6 +58,7 @@ class Answer:
     distance: float | None = None
     rule: Rule = "exact"
     predicted_gain: float | None = None
+    member: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -59,4 +69,5 @@ class Answer:
             "distance": self.distance,
             "rule": self.rule,
             "predicted_gain": self.predicted_gain,
+            "member": self.member,
         }

@@ -8,7 +8,7 @@ import logging
 from collections.abc import Iterator, Mapping
 from math import log2
 from operator import itemgetter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -18,6 +18,9 @@ from tilewise.kernels.ops import OpSpec
 from tilewise.kernels.targets import TargetProfile
 from tilewise.runtime._answer import Answer
 from tilewise.types import Shape
+
+if TYPE_CHECKING:
+    from tilewise.runtime._portfolio import Portfolio
 
 _log = logging.getLogger("tilewise.runtime")
 
@@ -44,6 +47,7 @@ class Group:
         "logs",
         "misses",
         "ndims",
+        "portfolio",
         "profile",
         "relatives",
         "spec",
@@ -97,6 +101,9 @@ class Group:
         self.grid: tuple[tuple[str, int, int, int], ...] | None = None
         self.cells: list[int] = []
         self.gains: list[float | None] = []
+        # The table's portfolio for the group (tilewise.runtime._portfolio.attach): it then
+        # answers every shape.
+        self.portfolio: Portfolio | None = None
         if choice is not None:
             self._index_choice(choice)
 

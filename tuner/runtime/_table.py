@@ -11,11 +11,20 @@ from typing import TYPE_CHECKING, Any
 
 from tilewise._misses import Miss, collect_misses, misses_manifest
 from tilewise.errors import InputError, StoreError
-from tilewise.export import Choice, Loaded, TableEntry, checked_relative, load_entries, parse_table
+from tilewise.export import (
+    Choice,
+    Loaded,
+    PortfolioGroup,
+    TableEntry,
+    checked_relative,
+    load_entries,
+    parse_table,
+)
 from tilewise.kernels.ops import get_op
 from tilewise.kernels.targets import get_target
 from tilewise.runtime._answer import Answer, Source
 from tilewise.runtime._group import Group, chosen, nearest
+from tilewise.runtime._portfolio import attach
 from tilewise.types import MAX_DIM, Shape
 
 if TYPE_CHECKING:
@@ -42,6 +51,7 @@ class TilingTable:
         rejected: Iterable[str] = (),
         source: str = "tiling table",
         choices: Iterable[Choice] = (),
+        portfolios: Iterable[PortfolioGroup] = (),
     ) -> None:
         """Index ``entries`` (validated :class:`~tilewise.export.TableEntry` values).
 
@@ -49,7 +59,12 @@ class TilingTable:
         are counted as ``"invalid entry"``. ``source`` names the file, URL or database in the
         warning logged when entries are left out as invalid. ``choices`` are the table's choice
         grids (:attr:`Loaded.choices`): a group of entries with one answers shapes nobody tuned
-        by it.
+        by it. ``portfolios`` are the groups of the table's portfolio section
+        (:attr:`Loaded.portfolio`): an op, target and dtype with one answers every shape by its
+        selection rule (rule ``portfolio``), the tuned shapes too.
+
+        Raises:
+            TableFormatError: a portfolio that does not fit its op (naming where it is).
         """
         if max_candidates < 1 or cache_size < 0 or max_miss_shapes < 0:
             raise InputError("max_candidates must be >= 1; cache_size, max_miss_shapes >= 0")
@@ -88,6 +103,7 @@ class TilingTable:
             self._groups[(op, target, dtype)] = Group(
                 get_op(op), get_target(target), dtype, group, grids.get((op, target, dtype))
             )
+        attach(self._groups, portfolios, source)
         self._size = sum(len(g.entries) for g in self._groups.values())
         if self.rejected:
             more = self.skipped["invalid entry"] - 1
@@ -168,6 +184,7 @@ class TilingTable:
             rejected=loaded.rejected,
             source=source,
             choices=loaded.choices,
+            portfolios=loaded.portfolio,
             **options,
         )
 
@@ -193,13 +210,17 @@ class TilingTable:
         op: str | None = None,
         target: str | None = None,
         dtype: str | None = None,
+        portfolio: int | None = None,
+        within: float | None = None,
         timeout: float = 30.0,
         headers: Mapping[str, str] | None = None,
         transport: httpx.BaseTransport | None = None,
         **options: int,
     ) -> TilingTable:
         """From the REST API: ``GET {base_url}/v1/tables/{op}`` (or ``/v1/tables`` for every
-        op) with ``format=json`` and the ``target`` and ``dtype`` filters given.
+        op) with ``format=json`` and the ``target`` and ``dtype`` filters given; with
+        ``portfolio`` (and ``within``, a percent) the service's portfolio table of at most that
+        many tilings per op, target and dtype, answered by its selection rule.
 
         Raises:
             StoreError: the API cannot be reached or answers with an error status.
@@ -209,7 +230,8 @@ class TilingTable:
 
         path = "/v1/tables" if op is None else f"/v1/tables/{op}"
         params = {"format": "json"}
-        params.update({k: v for k, v in (("target", target), ("dtype", dtype)) if v is not None})
+        given = (("target", target), ("dtype", dtype), ("portfolio", portfolio), ("within", within))
+        params.update({k: str(v) for k, v in given if v is not None})
         url = base_url.rstrip("/") + path
         try:
             with httpx.Client(timeout=timeout, headers=headers, transport=transport) as client:
@@ -266,8 +288,17 @@ class TilingTable:
         seen = {id(g): (k, g) for k, g in items if g.entries}
         return sorted((op, t, d, len(g.entries)) for (op, t, d), g in seen.values())
 
+    def portfolios(self) -> list[tuple[str, str, str, int, int]]:
+        """(op, target, dtype, members, tuned shapes) of each combination the table's portfolio
+        answers (rule ``portfolio``); empty for a table without a portfolio section."""
+        with self._lock:
+            items = list(self._groups.items())
+        seen = {id(g): (k, g.portfolio) for k, g in items if g.portfolio is not None}
+        return sorted((op, t, d, len(p.members), len(p.shapes)) for (op, t, d), p in seen.values())
+
     def lookup(self, op: str, *, target: str, dtype: str, shape: Mapping[str, int]) -> Answer:
-        """The tiling for ``shape``: exact, else nearest valid, else default.
+        """The tiling for ``shape``: exact, else nearest valid, else default; by the portfolio's
+        selection rule where the table has one for the op, target and dtype.
 
         A shape answered before (tuned, or computed and kept) is found by a dict lookup on its
         values, without checking their types again: ``1024.0`` finds what ``1024`` did.
@@ -332,7 +363,9 @@ class TilingTable:
         if answer is not None:
             return answer
         answer = group.cache.get(key)
-        if answer is None and group.entries:
+        if answer is None and group.portfolio is not None:
+            answer = group.portfolio.answer(group, asked)
+        elif answer is None and group.entries:
             if group.grid is not None:
                 answer = chosen(group, asked, values, self.max_candidates)
             else:
