@@ -5,9 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -55,32 +53,6 @@ class SlowTwin(Backend):
 
     def close(self) -> None:
         self.inner.close()
-
-
-@pytest.fixture(scope="session")
-def twin_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The build cache the worker tests share (same directory as in test_worker.py)."""
-    return tmp_path_factory.getbasetemp() / "twin-build-cache"
-
-
-@pytest.fixture
-def settings(db_url: str, twin_cache: Path) -> Settings:
-    return Settings(
-        db_url=db_url,
-        cache_dir=twin_cache,
-        repeats=3,
-        remeasure_top=2,
-        lease_s=30.0,
-        heartbeat_s=0.2,
-        poll_s=0.1,
-    )
-
-
-@pytest.fixture
-def db(settings: Settings) -> Iterator[store.Store]:
-    opened = store.open_store(settings.db_url)
-    yield opened
-    opened.close()
 
 
 def queue_job(db: store.Store, *, n: int = 3072, budget: int = 3) -> store.JobRow:

@@ -22,12 +22,6 @@ ROOT = Path(__file__).resolve().parents[2]
 OP = "scale_relu_dropout"
 
 
-@pytest.fixture(scope="session")
-def twin_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The build cache the worker tests share (same directory as in test_worker.py)."""
-    return tmp_path_factory.getbasetemp() / "twin-build-cache"
-
-
 def run(
     *args: str, cache: Path, extra: dict[str, str] | None = None, **settings: object
 ) -> subprocess.CompletedProcess[str]:

@@ -21,12 +21,6 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
 
-@pytest.fixture(scope="session")
-def twin_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The build cache the worker tests share (same directory as in test_worker.py)."""
-    return tmp_path_factory.getbasetemp() / "twin-build-cache"
-
-
 def _workers(url: str, twin_cache: Path, count: int) -> list[subprocess.CompletedProcess[str]]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TILEWISE_")}
     env.update(

@@ -12,7 +12,7 @@ import threading
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -31,32 +31,6 @@ from tilewise.worker import Worker
 
 OP = "scale_relu_dropout"
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="session")
-def twin_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One build cache for every worker test of the session (compiles take 1-2 s each)."""
-    return tmp_path_factory.getbasetemp() / "twin-build-cache"
-
-
-@pytest.fixture
-def settings(db_url: str, twin_cache: Path) -> Settings:
-    return Settings(
-        db_url=db_url,
-        cache_dir=twin_cache,
-        repeats=3,
-        remeasure_top=2,
-        lease_s=30.0,
-        heartbeat_s=0.2,
-        poll_s=0.1,
-    )
-
-
-@pytest.fixture
-def db(settings: Settings) -> Iterator[store.Store]:
-    opened = store.open_store(settings.db_url)
-    yield opened
-    opened.close()
 
 
 def queue_job(
