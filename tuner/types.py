@@ -135,8 +135,22 @@ class Tiling(Mapping[str, int]):
         object.__setattr__(tiling, "_index", dict(entries))  # iterates in name order too
         return tiling
 
+    @classmethod
+    def of_sorted(cls, values: dict[str, int]) -> Tiling:
+        """:meth:`of_ints` of a dict whose keys are also in name order already (a copy of a
+        Tiling's own dict, values changed): nothing to sort."""
+        tiling = cls.__new__(cls)
+        object.__setattr__(tiling, "entries", tuple(values.items()))
+        object.__setattr__(tiling, "_index", values)
+        return tiling
+
     def replace(self, **changes: int) -> Tiling:
-        return Tiling({**dict(self.entries), **changes})
+        values = dict(self._index)  # type: ignore[attr-defined]  # str keys, int values already
+        for name, value in changes.items():
+            values[name] = int(value)
+        if len(values) == len(self.entries):  # no new field: still in name order
+            return Tiling.of_sorted(values)
+        return Tiling.of_ints(values)
 
 
 @dataclass(frozen=True)

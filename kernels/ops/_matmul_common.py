@@ -11,6 +11,7 @@ epilogue fit.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import lru_cache
 
 from tilewise.kernels.ops._base import (
     Bound,
@@ -37,23 +38,37 @@ def c0(dtype: str) -> int:
     return 32 // itemsize(dtype)
 
 
+@lru_cache(maxsize=4096)
 def single_core(extent: int, cores: int) -> tuple[int, ...]:
     """Per-core extents of the core splits that fit ``cores``, multiples of 16."""
     return tuple(sorted({round_up(ceil_div(extent, s), 16) for s in CORE_SPLITS if s <= cores}))
 
 
+@lru_cache(maxsize=4096)
+def _pieces(extent: int, cores: int) -> tuple[tuple[int, int], ...]:
+    """(per-core extent, cores it takes) of each of ``single_core`` that takes at most
+    ``cores``."""
+    pieces = ((single, ceil_div(extent, single)) for single in single_core(extent, cores))
+    return tuple((single, used) for single, used in pieces if used <= cores)
+
+
 def default_split(m: int, n: int, cores: int) -> tuple[int, int]:
     """(singleCoreM, singleCoreN) as MultiCoreMatmulTiling would pick them: the split that uses
-    the most cores, then the least work per core, then the squarest block."""
-    best: tuple[tuple[int, int], int, int] | None = None
-    for sm in single_core(m, cores):
-        for sn in single_core(n, cores):
-            used = ceil_div(m, sm) * ceil_div(n, sn)
-            score = (-used, sm * sn + abs(sm - sn))
-            if used <= cores and (best is None or score < best[0]):
-                best = (score, sm, sn)
+    the most cores, then the least work per core, then the squarest block (the first such in
+    the order of ``single_core``)."""
+    best: tuple[int, int] | None = None
+    best_used = best_size = 0
+    columns = _pieces(n, cores)
+    for sm, used_m in _pieces(m, cores):
+        for sn, used_n in columns:
+            used = used_m * used_n
+            if used > cores or used < best_used:
+                continue
+            size = sm * sn + abs(sm - sn)
+            if used > best_used or size < best_size:
+                best, best_used, best_size = (sm, sn), used, size
     assert best is not None  # a split of 1 x 1 always fits
-    return best[1], best[2]
+    return best
 
 
 def cube_tunables(dtype: str, *, m: Bound, n: Bound, k: tuple[str, ...]) -> tuple[Tunable, ...]:
