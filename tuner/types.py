@@ -45,6 +45,16 @@ class Shape(Mapping[str, int]):
         object.__setattr__(self, "dims", tuple(sorted((str(k), int(v)) for k, v in items)))
         object.__setattr__(self, "_index", dict(self.dims))  # O(1) reads on hot paths
 
+    @classmethod
+    def of_ints(cls, dims: Mapping[str, int]) -> Shape:
+        """A Shape of a mapping whose keys are already str and values int, without converting
+        each (the runtime builds one per first-time shape)."""
+        shape = cls.__new__(cls)
+        items = tuple(sorted(dims.items()))
+        object.__setattr__(shape, "dims", items)
+        object.__setattr__(shape, "_index", dict(items))
+        return shape
+
     def __getitem__(self, key: str) -> int:
         value: int = self._index[key]  # type: ignore[attr-defined]
         return value

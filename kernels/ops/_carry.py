@@ -75,7 +75,7 @@ class _Split(_Kind):
         return _div(size, value)
 
     def derive(self, stored: int, size: int, carry: Carry, bound: int, domain: Domain) -> int:
-        return _round(_div(size, stored), carry.align)
+        return _round(-(-size // stored) if stored > 0 else size, carry.align)  # _div inline
 
     def c(self, stored: str, size: str, carry: Carry, bound: str) -> str:
         return f"tilewise_round_({size}, {stored}, {carry.align})"
@@ -210,7 +210,7 @@ class CarryRules:
                 x = out[b_field] if b_field is not None else sizes[b_extent]
                 if b_per is not None:
                     x = _div(x, out[b_per])
-                x = _round(x, b_align)
+                x = -(-x // b_align) * b_align if b_align > 0 else x * b_align  # _round inline
                 if x < bound:
                     bound = x
             stored = out[field] if product is None else _per(out[field], out[product])

@@ -31,6 +31,7 @@ CORE_SPLITS = (1, 2, 3, 4, 6, 8, 12, 16, 24)
 #: L0A/L0B double buffering, as the vendor tiling sets it.
 DB_L0AB = 2
 EPI_ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+_EPI_ROWS_DOWN = tuple(sorted(EPI_ROWS, reverse=True))
 
 
 def c0(dtype: str) -> int:
@@ -117,18 +118,18 @@ def matmul_buffers(tiling: Tiling, dtype: str, prefix: str = "") -> list[Buffer]
 
 def cube_rules(tiling: Tiling, dtype: str, *, single_m: int, single_n: int, k: int) -> list[str]:
     reasons = []
-    bm, bn, bk = tiling["baseM"], tiling["baseN"], tiling["baseK"]
+    bm, bn, bk, granule = tiling["baseM"], tiling["baseN"], tiling["baseK"], c0(dtype)
     if bm % 16 or bn % 16:
         reasons.append(f"baseM {bm} and baseN {bn} must be multiples of 16")
-    if bk % c0(dtype):
-        reasons.append(f"baseK {bk} must be a multiple of {c0(dtype)} for {dtype}")
+    if bk % granule:
+        reasons.append(f"baseK {bk} must be a multiple of {granule} for {dtype}")
     if tiling["depthA1"] % tiling["stepM"]:
         reasons.append(f"depthA1 {tiling['depthA1']} is not a multiple of stepM")
     if tiling["depthB1"] % tiling["stepN"]:
         reasons.append(f"depthB1 {tiling['depthB1']} is not a multiple of stepN")
-    if bm > round_up(single_m, 16) or bn > round_up(single_n, 16):
+    if bm > -(-single_m // 16) * 16 or bn > -(-single_n // 16) * 16:  # round_up, inline
         reasons.append("base block larger than the single-core block")
-    if bk > round_up(k, c0(dtype)):
+    if bk > round_up(k, granule):
         reasons.append(f"baseK {bk} larger than K={k}")
     if tiling["epiRows"] > bm:
         reasons.append(f"epiRows {tiling['epiRows']} exceeds baseM {bm}")
@@ -179,7 +180,7 @@ def fit_epilogue(
     when none does, halve the larger of baseN and baseM and try again."""
     while True:
         for variant in extra:
-            for rows in sorted(EPI_ROWS, reverse=True):
+            for rows in _EPI_ROWS_DOWN:
                 candidate = tiling.replace(**variant, epiRows=rows)
                 if valid(candidate):
                     return candidate
