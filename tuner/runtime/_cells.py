@@ -30,12 +30,13 @@ MAX_CELLS = 4096
 MAX_KEPT = 1_000_000
 #: Slack for rounding in the bounds (distances are sums of a few log2 values below 64).
 _SLACK = 1e-9
+_abs = np.abs
 
 
 class Cells:
     """The candidates of each octave cell of one group; see the module docstring."""
 
-    __slots__ = ("candidates", "dims", "low", "size")
+    __slots__ = ("axes", "candidates", "dims", "low", "size")
 
     def __init__(
         self,
@@ -46,6 +47,9 @@ class Cells:
     ) -> None:
         #: Per dim (name, least value), the lowest octave and the number of octaves.
         self.dims, self.low, self.size = dims, low, size
+        self.axes = tuple(
+            (dim, least, lo, n) for (dim, least), lo, n in zip(dims, low, size, strict=True)
+        )
         #: Per cell (in row-major order of the octaves): the candidates' entry indices,
         #: ascending, and their log positions, one column per dim.
         self.candidates = candidates
@@ -92,14 +96,14 @@ class Cells:
         equals), whose log positions are ``positions`` (per dim); None for a shape outside the
         cells."""
         cell = 0
-        for (dim, least), low, size in zip(self.dims, self.low, self.size, strict=True):
+        for dim, least, low, size in self.axes:
             octave = (values[dim] + 1 - least).bit_length() - 1 - low
-            if not 0 <= octave < size:
+            if octave < 0 or octave >= size:
                 return None
             cell = cell * size + octave
         index, columns = self.candidates[cell]
-        distance = np.abs(columns[0] - positions[0])
-        for column, position in zip(columns[1:], positions[1:], strict=True):
-            distance += np.abs(column - position)
-        k = int(distance.argmin())
+        distance = _abs(columns[0] - positions[0])
+        for i in range(1, len(columns)):
+            distance += _abs(columns[i] - positions[i])
+        k = distance.argmin()
         return int(index[k]), float(distance[k])

@@ -186,7 +186,8 @@ def nearest(group: Group, asked: Shape, max_candidates: int) -> Answer | None:
     if group.near is not None:
         # The nearest entry from its cell's candidates: usually the answer, else the walk below
         # (which meets it first again).
-        first = group.near.first(asked, positions)
+        values = asked._index if type(asked) is Shape else asked  # type: ignore[attr-defined]
+        first = group.near.first(values, positions)
         if first is not None:
             answer = _candidate(group, asked, *first)
             if answer is not None:
@@ -206,7 +207,7 @@ def _candidate(group: Group, asked: Shape, index: int, away: float) -> Answer | 
     """The answer the nearest rule gives by the entry ``index`` (``away`` from ``asked``); None
     when its tiling, carried to ``asked``, is not valid there."""
     entry = group.entries[index]
-    tuned = group.exact[group.key(entry.shape)]  # its workload, hashed at load
+    workload, latency_us = group.entry_meta[index]
     is_default = group.defaults[index]
     if is_default is None:
         is_default = group.defaults[index] = is_default_tiling(entry)
@@ -214,11 +215,11 @@ def _candidate(group: Group, asked: Shape, index: int, away: float) -> Answer | 
         return Answer(
             group.spec.default_tiling(asked, group.dtype, group.profile),
             "default",
-            tuned.workload,
-            entry.latency_us,
+            workload,
+            latency_us,
             away,
-            rule="kept_default" if is_default else "measured_slower",
-            predicted_gain=entry.carry_gain,
+            "kept_default" if is_default else "measured_slower",
+            entry.carry_gain,
         )
     tiling = group.carry.derive(group.relatives[index], asked)
     try:
@@ -226,15 +227,7 @@ def _candidate(group: Group, asked: Shape, index: int, away: float) -> Answer | 
     except TilewiseError:
         valid = False
     if valid and tiling is not None:
-        return Answer(
-            tiling,
-            "nearest",
-            tuned.workload,
-            entry.latency_us,
-            away,
-            rule="carried",
-            predicted_gain=entry.carry_gain,
-        )
+        return Answer(tiling, "nearest", workload, latency_us, away, "carried", entry.carry_gain)
     return None
 
 
