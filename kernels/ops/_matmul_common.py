@@ -10,7 +10,8 @@ epilogue fit.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from bisect import bisect_right
+from collections.abc import Callable, Mapping
 from functools import lru_cache
 
 from tilewise.kernels.ops._base import (
@@ -118,21 +119,23 @@ def matmul_buffers(tiling: Tiling, dtype: str, prefix: str = "") -> list[Buffer]
 
 def cube_rules(tiling: Tiling, dtype: str, *, single_m: int, single_n: int, k: int) -> list[str]:
     reasons = []
-    bm, bn, bk, granule = tiling["baseM"], tiling["baseN"], tiling["baseK"], c0(dtype)
+    # A Tiling's own dict, read in C (the runtime checks a carried tiling per first answer).
+    t: Mapping[str, int] = tiling._index if type(tiling) is Tiling else tiling  # type: ignore[attr-defined]
+    bm, bn, bk, granule = t["baseM"], t["baseN"], t["baseK"], c0(dtype)
     if bm % 16 or bn % 16:
         reasons.append(f"baseM {bm} and baseN {bn} must be multiples of 16")
     if bk % granule:
         reasons.append(f"baseK {bk} must be a multiple of {granule} for {dtype}")
-    if tiling["depthA1"] % tiling["stepM"]:
-        reasons.append(f"depthA1 {tiling['depthA1']} is not a multiple of stepM")
-    if tiling["depthB1"] % tiling["stepN"]:
-        reasons.append(f"depthB1 {tiling['depthB1']} is not a multiple of stepN")
+    if t["depthA1"] % t["stepM"]:
+        reasons.append(f"depthA1 {t['depthA1']} is not a multiple of stepM")
+    if t["depthB1"] % t["stepN"]:
+        reasons.append(f"depthB1 {t['depthB1']} is not a multiple of stepN")
     if bm > -(-single_m // 16) * 16 or bn > -(-single_n // 16) * 16:  # round_up, inline
         reasons.append("base block larger than the single-core block")
     if bk > round_up(k, granule):
         reasons.append(f"baseK {bk} larger than K={k}")
-    if tiling["epiRows"] > bm:
-        reasons.append(f"epiRows {tiling['epiRows']} exceeds baseM {bm}")
+    if t["epiRows"] > bm:
+        reasons.append(f"epiRows {t['epiRows']} exceeds baseM {bm}")
     return reasons
 
 
@@ -143,7 +146,9 @@ def default_base(
     size = itemsize(dtype)
 
     def largest(domain: tuple[int, ...], cap: int) -> int:
-        return max([v for v in domain if v <= cap] or [domain[0]])
+        # The domains are in ascending order: the last value within the cap, else the first.
+        i = bisect_right(domain, cap)
+        return domain[i - 1] if i else domain[0]
 
     bm = largest(BASE_MN, min(128, round_up(single_m, 16)))
     bn = largest(BASE_MN, min(256, round_up(single_n, 16)))

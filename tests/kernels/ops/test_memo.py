@@ -109,3 +109,9 @@ def test_the_default_tiling_is_the_same_twice() -> None:
     first = spec.default_tiling(shape, "float16", target)
     assert spec.default_tiling(shape, "float16", target) == first
     assert spec.check(first, shape, "float16", target).valid
+
+
+def test_the_base_block_domains_ascend() -> None:
+    # default_base bisects them for the largest value within a cap.
+    assert list(cube.BASE_MN) == sorted(cube.BASE_MN)
+    assert list(cube.BASE_K) == sorted(cube.BASE_K)
