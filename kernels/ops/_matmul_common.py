@@ -117,6 +117,11 @@ def matmul_buffers(tiling: Tiling, dtype: str, prefix: str = "") -> list[Buffer]
     return plan
 
 
+def epilogue_fits(rows: int, base_m: int) -> bool:
+    """Whether an epilogue pass of ``rows`` rows fits the C block of ``base_m`` rows."""
+    return rows <= base_m
+
+
 def cube_rules(tiling: Tiling, dtype: str, *, single_m: int, single_n: int, k: int) -> list[str]:
     reasons = []
     # A Tiling's own dict, read in C (the runtime checks a carried tiling per first answer).
@@ -134,7 +139,7 @@ def cube_rules(tiling: Tiling, dtype: str, *, single_m: int, single_n: int, k: i
         reasons.append("base block larger than the single-core block")
     if bk > round_up(k, granule):
         reasons.append(f"baseK {bk} larger than K={k}")
-    if t["epiRows"] > bm:
+    if not epilogue_fits(t["epiRows"], bm):
         reasons.append(f"epiRows {t['epiRows']} exceeds baseM {bm}")
     return reasons
 
@@ -182,10 +187,15 @@ def fit_epilogue(
     tiling: Tiling, valid: Callable[[Tiling], bool], extra: tuple[dict[str, int], ...] = ({},)
 ) -> Tiling:
     """The largest epiRows (over the ``extra`` variants, in order) that makes ``tiling`` valid;
-    when none does, halve the larger of baseN and baseM and try again."""
+    when none does, halve the larger of baseN and baseM and try again. ``valid`` holds the op
+    to :func:`cube_rules`, so a candidate whose epilogue exceeds its base block
+    (:func:`epilogue_fits`) is invalid without asking it."""
     while True:
         for variant in extra:
+            base_m = variant.get("baseM", tiling["baseM"])
             for rows in _EPI_ROWS_DOWN:
+                if not epilogue_fits(rows, base_m):
+                    continue
                 candidate = tiling.replace(**variant, epiRows=rows)
                 if valid(candidate):
                     return candidate
