@@ -4,6 +4,7 @@ nobody tuned, by the table's choice grid (:func:`chosen`) or by the nearest rule
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Iterator, Mapping
 from math import log2
@@ -105,6 +106,12 @@ class Group:
             if len(self.entries) >= NEAR_INDEX_ENTRIES
             else None
         )
+        # Each entry's tiling checked at its own shape: the op's footprint memo then holds the
+        # buffer plans that tilings carried from the entries mostly repeat (a first-time answer
+        # checks one; a plan met first costs building its buffers), a few us an entry.
+        for e in self.entries:
+            with contextlib.suppress(TilewiseError):
+                spec.valid(e.tiling, e.shape, dtype, profile)
         self.cache: dict[Any, Answer] = {}
         # Asked shapes without an exact entry, by dict key: [count, source of the answer].
         self.misses: dict[Any, list[Any]] = {}
