@@ -45,6 +45,16 @@ class Shape(Mapping[str, int]):
         object.__setattr__(self, "dims", tuple(sorted((str(k), int(v)) for k, v in items)))
         object.__setattr__(self, "_index", dict(self.dims))  # O(1) reads on hot paths
 
+    @classmethod
+    def of_ints(cls, dims: Mapping[str, int]) -> Shape:
+        """A Shape of a mapping whose keys are already str and values int, without converting
+        each (the runtime builds one per first-time shape)."""
+        shape = cls.__new__(cls)
+        items = tuple(sorted(dims.items()))
+        object.__setattr__(shape, "dims", items)
+        object.__setattr__(shape, "_index", dict(items))
+        return shape
+
     def __getitem__(self, key: str) -> int:
         value: int = self._index[key]  # type: ignore[attr-defined]
         return value
@@ -135,8 +145,22 @@ class Tiling(Mapping[str, int]):
         object.__setattr__(tiling, "_index", dict(entries))  # iterates in name order too
         return tiling
 
+    @classmethod
+    def of_sorted(cls, values: dict[str, int]) -> Tiling:
+        """:meth:`of_ints` of a dict whose keys are also in name order already (a copy of a
+        Tiling's own dict, values changed): nothing to sort."""
+        tiling = cls.__new__(cls)
+        object.__setattr__(tiling, "entries", tuple(values.items()))
+        object.__setattr__(tiling, "_index", values)
+        return tiling
+
     def replace(self, **changes: int) -> Tiling:
-        return Tiling({**dict(self.entries), **changes})
+        values = dict(self._index)  # type: ignore[attr-defined]  # str keys, int values already
+        for name, value in changes.items():
+            values[name] = int(value)
+        if len(values) == len(self.entries):  # no new field: still in name order
+            return Tiling.of_sorted(values)
+        return Tiling.of_ints(values)
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,7 @@ import numpy as np
 from tilewise.errors import InputError, did_you_mean
 from tilewise.kernels.ops import _inputs
 from tilewise.kernels.ops._carry import CarryRules, carry_rules
+from tilewise.kernels.ops._memo import ReadMemo, memo_of
 from tilewise.kernels.ops._values import (
     C_DTYPES,
     MEMORIES,
@@ -289,11 +290,13 @@ class OpSpec(ABC):
     def _require_fields(
         self, tiling: Tiling, shape: Shape, dtype: str, target: TargetProfile
     ) -> None:
-        fields = frozenset(tiling)
+        # A Tiling's own dict compares its keys with the names in C, without iterating it.
+        fields = tiling._index.keys() if type(tiling) is Tiling else frozenset(tiling)  # type: ignore[attr-defined]
         if fields == self._names:
             return
         names = self._tunable_names(shape, dtype, target)
         if fields != names:
+            fields = frozenset(fields)
             missing, extra = sorted(names - fields), sorted(fields - names)
             raise InputError(
                 f"{self.name}: tiling fields do not match the tunables"
@@ -303,22 +306,16 @@ class OpSpec(ABC):
 
     def valid(self, tiling: Tiling, shape: Shape, dtype: str, target: TargetProfile) -> bool:
         """``check(...).valid``, sooner: the rules first (most carried tilings that fail break
-        one), then the buffers summed per memory without building a Footprint (OpSpec's own
-        footprint); the runtime checks a carried tiling on every first-time answer."""
+        one), then the footprint, kept per the values it reads (:meth:`_sized_memo`): the
+        runtime checks a carried tiling on every first-time answer, a default heuristic several
+        candidates."""
         self._require_fields(tiling, shape, dtype, target)
-        totals: dict[str, int] = {}
         try:
             if self.rules(tiling, shape, dtype, target):
                 return False
-            if type(self).footprint is not OpSpec.footprint:
-                totals = self.footprint(tiling, shape, dtype, target).to_dict()
-            else:
-                for _, memory, nbytes in self.buffers(tiling, shape, dtype, target):
-                    totals[memory] = totals.get(memory, 0) + nbytes
+            return not self._sized_memo(dtype, target)(tiling, shape)[2]
         except ArithmeticError:
             return False
-        limits = target.limits(mix=self.mix)
-        return all(used <= limits[memory] for memory, used in totals.items())
 
     def check(self, tiling: Tiling, shape: Shape, dtype: str, target: TargetProfile) -> Check:
         """Footprint against the target's limits plus :meth:`rules`."""
@@ -326,7 +323,7 @@ class OpSpec(ABC):
         limits = target.limits(mix=self.mix)
         try:
             reasons = self.rules(tiling, shape, dtype, target)
-            footprint = self.footprint(tiling, shape, dtype, target)
+            footprint, sized, overflows = self._sized_memo(dtype, target)(tiling, shape)
         except ArithmeticError as exc:
             # Values far outside the tunables' domains (a zero step, a zero base) break the rules'
             # own arithmetic: such a tiling is invalid, not a crash. Found by the CLI fuzz test
@@ -334,14 +331,32 @@ class OpSpec(ABC):
             reason = f"tiling values outside every domain: {exc}"
             broken = {"rules": 1.0, **dict.fromkeys(MEMORIES, 0.0)}
             return Check(False, (reason,), Footprint(), limits, broken)
-        constraints: dict[str, float] = {"rules": float(len(reasons))}
+        constraints: dict[str, float] = {"rules": float(len(reasons)), **sized}
+        reasons.extend(overflows)
+        return Check(not reasons, tuple(reasons), footprint, limits, constraints)
+
+    def _sized(
+        self, tiling: Tiling, shape: Shape, dtype: str, target: TargetProfile
+    ) -> tuple[Footprint, dict[str, float], tuple[str, ...]]:
+        """The footprint, each memory's constraint value (> 0: over its limit by that share)
+        and the overflows as reasons."""
+        footprint = self.footprint(tiling, shape, dtype, target)
+        limits = target.limits(mix=self.mix)
+        constraints: dict[str, float] = {}
+        overflows = []
         for memory in MEMORIES:
             used, limit = getattr(footprint, memory), limits[memory]
             excess = used - limit
             constraints[memory] = excess / max(limit, 1)
             if excess > 0:
-                reasons.append(f"{memory.upper()} overflow: needs {used} B, limit {limit} B")
-        return Check(not reasons, tuple(reasons), footprint, limits, constraints)
+                overflows.append(f"{memory.upper()} overflow: needs {used} B, limit {limit} B")
+        return footprint, constraints, tuple(overflows)
+
+    def _sized_memo(self, dtype: str, target: TargetProfile) -> ReadMemo:
+        """:meth:`_sized` for ``dtype`` on ``target``, kept per the values the footprint reads
+        (:mod:`tilewise.kernels.ops._memo`): tilings carried to new shapes and a default
+        heuristic's candidates repeat the few fields the buffers depend on."""
+        return memo_of(self, dtype, target, lambda t, s: self._sized(t, s, dtype, target))  # type: ignore[arg-type]
 
     @abstractmethod
     def default_tiling(self, shape: Shape, dtype: str, target: TargetProfile) -> Tiling:

@@ -17,6 +17,7 @@ or the derivation fails (None; the C function returns 0): tiling fields are int3
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections.abc import Mapping
 from functools import cache
 from typing import TYPE_CHECKING, NamedTuple
@@ -74,7 +75,7 @@ class _Split(_Kind):
         return _div(size, value)
 
     def derive(self, stored: int, size: int, carry: Carry, bound: int, domain: Domain) -> int:
-        return _round(_div(size, stored), carry.align)
+        return _round(-(-size // stored) if stored > 0 else size, carry.align)  # _div inline
 
     def c(self, stored: str, size: str, carry: Carry, bound: str) -> str:
         return f"tilewise_round_({size}, {stored}, {carry.align})"
@@ -112,6 +113,13 @@ class _Cap(_Kind):
                 best = v
         return best
 
+    @staticmethod
+    def derive_sorted(stored: int, size: int, carry: Carry, bound: int, domain: Domain) -> int:
+        """:meth:`derive` for a domain in ascending order: the largest value within the limit
+        (a bisection), else the first."""
+        i = bisect_right(domain, stored if stored < bound else bound)
+        return domain[i - 1] if i else domain[0]
+
     def c(self, stored: str, size: str, carry: Carry, bound: str) -> str:
         return f"tilewise_cap_({stored}, {bound}, d, (int)(sizeof d / sizeof d[0]))"
 
@@ -148,7 +156,9 @@ class CarryRules:
         self._plan = tuple(
             (
                 r.field,
-                r.kind.derive,
+                _Cap.derive_sorted
+                if isinstance(r.kind, _Cap) and list(r.domain) == sorted(r.domain)
+                else r.kind.derive,
                 r.carry,
                 r.carry.extent,
                 tuple((b.field, b.extent, b.per, b.align) for b in r.carry.bounds),
@@ -166,10 +176,18 @@ class CarryRules:
         )
         # Whether a rule reads a size the op derives from its dims (a conv's output pixels).
         self._derived = any(n not in spec.dims for names in self.extents for n in names)
+        # Each extent with its one name (read without a product), else None.
+        self._one = tuple((names, names[0] if len(names) == 1 else None) for names in self.extents)
 
     def _sizes(self, shape: Mapping[str, int]) -> dict[tuple[str, ...], int]:
-        sizes = self.spec.extents(Shape(shape)) if self._derived else shape
-        return {names: math.prod([sizes[n] for n in names]) for names in self.extents}
+        if self._derived:
+            sizes = self.spec.extents(Shape(shape))
+        else:
+            sizes = shape._index if type(shape) is Shape else shape  # type: ignore[attr-defined]
+        return {
+            names: sizes[one] if one is not None else math.prod([sizes[n] for n in names])
+            for names, one in self._one
+        }
 
     def relative(self, tiling: Mapping[str, int], shape: Shape) -> Tiling:
         """``tiling`` (of ``shape``) in the form that keeps its meaning at another shape."""
@@ -192,7 +210,7 @@ class CarryRules:
                 x = out[b_field] if b_field is not None else sizes[b_extent]
                 if b_per is not None:
                     x = _div(x, out[b_per])
-                x = _round(x, b_align)
+                x = -(-x // b_align) * b_align if b_align > 0 else x * b_align  # _round inline
                 if x < bound:
                     bound = x
             stored = out[field] if product is None else _per(out[field], out[product])
@@ -200,6 +218,8 @@ class CarryRules:
             if not -INT32_MAX <= value <= INT32_MAX:
                 return None
             out[field] = value
+        if type(relative) is Tiling:
+            return Tiling.of_sorted(out)  # a Tiling's fields, in its (name) order
         return Tiling.of_ints(out)
 
     def carry(self, tiling: Mapping[str, int], tuned: Shape, asked: Shape) -> Tiling | None:

@@ -10,7 +10,9 @@ epilogue fit.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from bisect import bisect_right
+from collections.abc import Callable, Mapping
+from functools import lru_cache
 
 from tilewise.kernels.ops._base import (
     Bound,
@@ -30,6 +32,7 @@ CORE_SPLITS = (1, 2, 3, 4, 6, 8, 12, 16, 24)
 #: L0A/L0B double buffering, as the vendor tiling sets it.
 DB_L0AB = 2
 EPI_ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+_EPI_ROWS_DOWN = tuple(sorted(EPI_ROWS, reverse=True))
 
 
 def c0(dtype: str) -> int:
@@ -37,23 +40,37 @@ def c0(dtype: str) -> int:
     return 32 // itemsize(dtype)
 
 
+@lru_cache(maxsize=4096)
 def single_core(extent: int, cores: int) -> tuple[int, ...]:
     """Per-core extents of the core splits that fit ``cores``, multiples of 16."""
     return tuple(sorted({round_up(ceil_div(extent, s), 16) for s in CORE_SPLITS if s <= cores}))
 
 
+@lru_cache(maxsize=4096)
+def _pieces(extent: int, cores: int) -> tuple[tuple[int, int], ...]:
+    """(per-core extent, cores it takes) of each of ``single_core`` that takes at most
+    ``cores``."""
+    pieces = ((single, ceil_div(extent, single)) for single in single_core(extent, cores))
+    return tuple((single, used) for single, used in pieces if used <= cores)
+
+
 def default_split(m: int, n: int, cores: int) -> tuple[int, int]:
     """(singleCoreM, singleCoreN) as MultiCoreMatmulTiling would pick them: the split that uses
-    the most cores, then the least work per core, then the squarest block."""
-    best: tuple[tuple[int, int], int, int] | None = None
-    for sm in single_core(m, cores):
-        for sn in single_core(n, cores):
-            used = ceil_div(m, sm) * ceil_div(n, sn)
-            score = (-used, sm * sn + abs(sm - sn))
-            if used <= cores and (best is None or score < best[0]):
-                best = (score, sm, sn)
+    the most cores, then the least work per core, then the squarest block (the first such in
+    the order of ``single_core``)."""
+    best: tuple[int, int] | None = None
+    best_used = best_size = 0
+    columns = _pieces(n, cores)
+    for sm, used_m in _pieces(m, cores):
+        for sn, used_n in columns:
+            used = used_m * used_n
+            if used > cores or used < best_used:
+                continue
+            size = sm * sn + abs(sm - sn)
+            if used > best_used or size < best_size:
+                best, best_used, best_size = (sm, sn), used, size
     assert best is not None  # a split of 1 x 1 always fits
-    return best[1], best[2]
+    return best
 
 
 def cube_tunables(dtype: str, *, m: Bound, n: Bound, k: tuple[str, ...]) -> tuple[Tunable, ...]:
@@ -100,23 +117,30 @@ def matmul_buffers(tiling: Tiling, dtype: str, prefix: str = "") -> list[Buffer]
     return plan
 
 
+def epilogue_fits(rows: int, base_m: int) -> bool:
+    """Whether an epilogue pass of ``rows`` rows fits the C block of ``base_m`` rows."""
+    return rows <= base_m
+
+
 def cube_rules(tiling: Tiling, dtype: str, *, single_m: int, single_n: int, k: int) -> list[str]:
     reasons = []
-    bm, bn, bk = tiling["baseM"], tiling["baseN"], tiling["baseK"]
+    # A Tiling's own dict, read in C (the runtime checks a carried tiling per first answer).
+    t: Mapping[str, int] = tiling._index if type(tiling) is Tiling else tiling  # type: ignore[attr-defined]
+    bm, bn, bk, granule = t["baseM"], t["baseN"], t["baseK"], c0(dtype)
     if bm % 16 or bn % 16:
         reasons.append(f"baseM {bm} and baseN {bn} must be multiples of 16")
-    if bk % c0(dtype):
-        reasons.append(f"baseK {bk} must be a multiple of {c0(dtype)} for {dtype}")
-    if tiling["depthA1"] % tiling["stepM"]:
-        reasons.append(f"depthA1 {tiling['depthA1']} is not a multiple of stepM")
-    if tiling["depthB1"] % tiling["stepN"]:
-        reasons.append(f"depthB1 {tiling['depthB1']} is not a multiple of stepN")
-    if bm > round_up(single_m, 16) or bn > round_up(single_n, 16):
+    if bk % granule:
+        reasons.append(f"baseK {bk} must be a multiple of {granule} for {dtype}")
+    if t["depthA1"] % t["stepM"]:
+        reasons.append(f"depthA1 {t['depthA1']} is not a multiple of stepM")
+    if t["depthB1"] % t["stepN"]:
+        reasons.append(f"depthB1 {t['depthB1']} is not a multiple of stepN")
+    if bm > -(-single_m // 16) * 16 or bn > -(-single_n // 16) * 16:  # round_up, inline
         reasons.append("base block larger than the single-core block")
-    if bk > round_up(k, c0(dtype)):
+    if bk > round_up(k, granule):
         reasons.append(f"baseK {bk} larger than K={k}")
-    if tiling["epiRows"] > bm:
-        reasons.append(f"epiRows {tiling['epiRows']} exceeds baseM {bm}")
+    if not epilogue_fits(t["epiRows"], bm):
+        reasons.append(f"epiRows {t['epiRows']} exceeds baseM {bm}")
     return reasons
 
 
@@ -127,7 +151,9 @@ def default_base(
     size = itemsize(dtype)
 
     def largest(domain: tuple[int, ...], cap: int) -> int:
-        return max([v for v in domain if v <= cap] or [domain[0]])
+        # The domains are in ascending order: the last value within the cap, else the first.
+        i = bisect_right(domain, cap)
+        return domain[i - 1] if i else domain[0]
 
     bm = largest(BASE_MN, min(128, round_up(single_m, 16)))
     bn = largest(BASE_MN, min(256, round_up(single_n, 16)))
@@ -161,10 +187,15 @@ def fit_epilogue(
     tiling: Tiling, valid: Callable[[Tiling], bool], extra: tuple[dict[str, int], ...] = ({},)
 ) -> Tiling:
     """The largest epiRows (over the ``extra`` variants, in order) that makes ``tiling`` valid;
-    when none does, halve the larger of baseN and baseM and try again."""
+    when none does, halve the larger of baseN and baseM and try again. ``valid`` holds the op
+    to :func:`cube_rules`, so a candidate whose epilogue exceeds its base block
+    (:func:`epilogue_fits`) is invalid without asking it."""
     while True:
         for variant in extra:
-            for rows in sorted(EPI_ROWS, reverse=True):
+            base_m = variant.get("baseM", tiling["baseM"])
+            for rows in _EPI_ROWS_DOWN:
+                if not epilogue_fits(rows, base_m):
+                    continue
                 candidate = tiling.replace(**variant, epiRows=rows)
                 if valid(candidate):
                     return candidate

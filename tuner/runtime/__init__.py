@@ -65,7 +65,12 @@ entry whose relative form disagrees with the op's carry rules is invalid.
 Lookups are thread-safe. Exact answers are a dict lookup; nearest and default answers are
 computed once per asked shape and kept (the ``cache_size`` most recent computations). A first
 answer by the grid is a cell index, one carry and one validity check: the model was evaluated
-at export.
+at export. A first answer by the nearest rule in a group of 256 entries or more measures the
+distance to the candidates of the asked shape's octave cell only (every entry that can be
+nearest somewhere in the cell, found at load: :mod:`tilewise.runtime._cells`), to every entry
+only for a shape outside the cells or when the nearest entry's carried tiling is not valid.
+The op's validity check keeps each footprint per the tiling fields and dims it reads
+(:mod:`tilewise.kernels.ops._memo`).
 
 Shapes met without an exact entry are counted (at most ``max_miss_shapes`` of them): see
 :meth:`TilingTable.misses` and :meth:`TilingTable.misses_manifest`, a tuning manifest of them.

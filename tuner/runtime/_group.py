@@ -4,6 +4,7 @@ nobody tuned, by the table's choice grid (:func:`chosen`) or by the nearest rule
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Iterator, Mapping
 from math import log2
@@ -17,12 +18,16 @@ from tilewise.export import Choice, TableEntry, is_default_tiling
 from tilewise.kernels.ops import OpSpec
 from tilewise.kernels.targets import TargetProfile
 from tilewise.runtime._answer import Answer
+from tilewise.runtime._cells import Cells
 from tilewise.types import Shape
 
 if TYPE_CHECKING:
     from tilewise.runtime._portfolio import Portfolio
 
 _log = logging.getLogger("tilewise.runtime")
+
+#: Entries from which a group indexes its nearest candidates per cell (:class:`Cells`).
+NEAR_INDEX_ENTRIES = 256
 
 
 class Group:
@@ -47,6 +52,7 @@ class Group:
         "logs",
         "misses",
         "ndims",
+        "near",
         "portfolio",
         "profile",
         "relatives",
@@ -93,6 +99,23 @@ class Group:
         self.entry_meta = [
             (self.exact[self.key(e.shape)].workload, e.latency_us) for e in self.entries
         ]
+        # The nearest entry's candidates per octave cell, for a group large enough that
+        # measuring the distance to every entry costs more.
+        self.near = (
+            Cells.build(
+                self.least,
+                [[e.shape[d] for e in self.entries] for d in self.dims],
+                self.logs,
+            )
+            if len(self.entries) >= NEAR_INDEX_ENTRIES
+            else None
+        )
+        # Each entry's tiling checked at its own shape: the op's footprint memo then holds the
+        # buffer plans that tilings carried from the entries mostly repeat (a first-time answer
+        # checks one; a plan met first costs building its buffers), a few us an entry.
+        for e in self.entries:
+            with contextlib.suppress(TilewiseError):
+                spec.valid(e.tiling, e.shape, dtype, profile)
         self.cache: dict[Any, Answer] = {}
         # Asked shapes without an exact entry, by dict key: [count, source of the answer].
         self.misses: dict[Any, list[Any]] = {}
@@ -172,44 +195,53 @@ def nearest(group: Group, asked: Shape, max_candidates: int) -> Answer | None:
     """The nearest rule (see :mod:`tilewise.runtime`); None without a valid candidate."""
     if not group.entries:
         return None
-    # Column by column, in dims order: the same sum, in the same order, as the C header's.
     where = group.spec.log_position
-    distance = np.abs(group.logs[0] - where(group.dims[0], asked[group.dims[0]]))
-    for column, dim in zip(group.logs[1:], group.dims[1:], strict=True):
-        distance += np.abs(column - where(dim, asked[dim]))
+    positions = [where(dim, asked[dim]) for dim in group.dims]
+    if group.near is not None:
+        # The nearest entry from its cell's candidates: usually the answer, else the walk below
+        # (which meets it first again).
+        values = asked._index if type(asked) is Shape else asked  # type: ignore[attr-defined]
+        first = group.near.first(values, positions)
+        if first is not None:
+            answer = _candidate(group, asked, *first)
+            if answer is not None:
+                return answer
+    # Column by column, in dims order: the same sum, in the same order, as the C header's.
+    distance = np.abs(group.logs[0] - positions[0])
+    for column, position in zip(group.logs[1:], positions[1:], strict=True):
+        distance += np.abs(column - position)
     for index, away in nearest_first(distance, max_candidates):
-        entry = group.entries[index]
-        tuned = group.exact[group.key(entry.shape)]  # its workload, hashed at load
-        is_default = group.defaults[index]
-        if is_default is None:
-            is_default = group.defaults[index] = is_default_tiling(entry)
-        if is_default or entry.carry_slower:
-            return Answer(
-                group.spec.default_tiling(asked, group.dtype, group.profile),
-                "default",
-                tuned.workload,
-                entry.latency_us,
-                away,
-                rule="kept_default" if is_default else "measured_slower",
-                predicted_gain=entry.carry_gain,
-            )
-        tiling = group.carry.derive(group.relatives[index], asked)
-        try:
-            valid = tiling is not None and group.spec.valid(
-                tiling, asked, group.dtype, group.profile
-            )
-        except TilewiseError:
-            valid = False
-        if valid and tiling is not None:
-            return Answer(
-                tiling,
-                "nearest",
-                tuned.workload,
-                entry.latency_us,
-                away,
-                rule="carried",
-                predicted_gain=entry.carry_gain,
-            )
+        answer = _candidate(group, asked, index, away)
+        if answer is not None:
+            return answer
+    return None
+
+
+def _candidate(group: Group, asked: Shape, index: int, away: float) -> Answer | None:
+    """The answer the nearest rule gives by the entry ``index`` (``away`` from ``asked``); None
+    when its tiling, carried to ``asked``, is not valid there."""
+    entry = group.entries[index]
+    workload, latency_us = group.entry_meta[index]
+    is_default = group.defaults[index]
+    if is_default is None:
+        is_default = group.defaults[index] = is_default_tiling(entry)
+    if is_default or entry.carry_slower:
+        return Answer(
+            group.spec.default_tiling(asked, group.dtype, group.profile),
+            "default",
+            workload,
+            latency_us,
+            away,
+            "kept_default" if is_default else "measured_slower",
+            entry.carry_gain,
+        )
+    tiling = group.carry.derive(group.relatives[index], asked)
+    try:
+        valid = tiling is not None and group.spec.valid(tiling, asked, group.dtype, group.profile)
+    except TilewiseError:
+        valid = False
+    if valid and tiling is not None:
+        return Answer(tiling, "nearest", workload, latency_us, away, "carried", entry.carry_gain)
     return None
 
 

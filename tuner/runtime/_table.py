@@ -342,7 +342,7 @@ class TilingTable:
                 if type(v) is not int or not least <= v <= MAX_DIM:
                     break
             else:
-                asked, values = Shape(shape), shape
+                asked, values = Shape.of_ints(shape), shape  # str dims, int values: checked
         if asked is None or group is None:
             spec = get_op(op)
             if not isinstance(dtype, str):
