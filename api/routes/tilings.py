@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from sqlalchemy.orm import Session
 
 from tilewise.api import misses as missing
 from tilewise.api.deps import (
@@ -15,6 +16,7 @@ from tilewise.api.deps import (
     MissesDep,
     OpDep,
     SessionDep,
+    TableFilters,
     TableFiltersDep,
     WorkloadQueryDep,
     blame,
@@ -117,10 +119,10 @@ WithinQuery = Annotated[
 
 
 def _document(
-    session: Any,
+    session: Session,
     *,
     op: str | None,
-    filters: Any,
+    filters: TableFilters,
     any_toolchain: bool,
     portfolio: int | None,
     within: float | None,
