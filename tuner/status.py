@@ -32,6 +32,10 @@ class RecordSource(StrEnum):
     SEARCH = "search"  # a tiling the search proposed (warm-start guesses included)
     REMEASURE = "remeasure"  # the side-by-side re-measures at the end of a run: no evaluation
     PREDICTED = "predicted"  # a model's prediction: never measured, never a best by default
+    #: A tiling the records of a tuned shape lacked, measured there by ``tilewise export
+    #: --portfolio K --measure`` (another tuned shape's tiling carried over): no evaluation of
+    #: a search, but a measurement the next export and model learn from.
+    PORTFOLIO = "portfolio"
 
 
 class JobStatus(StrEnum):

@@ -365,3 +365,21 @@ def test_cli_measures_the_pairs_the_records_lack(store: st.Store, tmp_path: Path
     doc = json.loads(out.read_text())
     slowdowns = [s["slowdown"] for s in doc["portfolio"]["groups"][0]["shapes"]]
     assert all(s is not None and math.isfinite(s) and s > 0 for s in slowdowns)
+    # What was measured now is recorded (source portfolio), once per pair; the shapes' own
+    # tilings, measured again beside them, are not recorded twice.
+    with store.session() as session:
+        ids = [
+            st.commit_workload(
+                session, Workload(LAG.name, LAG.version, "cpu-twin", "float32", s)
+            ).id
+            for s in small
+        ]
+        records = [r for i in ids for r in st.records_for(session, workload_id=i)]
+    assert sum(r.source == "portfolio" for r in records) == now
+    assert len({(r.workload_id, r.tiling_key) for r in records}) == len(records)
+    again = tilewise(
+        "export", LAG.name, "--db", store.url, "--portfolio", "1", "--measure", "--report",
+        tmp_path=tmp_path,
+    )  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    assert "6 in the records, 0 measured now, 0 not measured" in again.stderr  # no -o

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from contextlib import ExitStack
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
 
 import typer
 
@@ -18,10 +18,14 @@ from tilewise.cli._common import (
     settings_for,
     write_atomically,
 )
+from tilewise.types import Workload
 
 if TYPE_CHECKING:
     from tilewise.export import GroupPortfolio, MeasureFn
+    from tilewise.search import Attempt
     from tilewise.settings import Settings
+    from tilewise.store import Store
+    from tilewise.types import Tiling, Toolchain
 
 FORMATS = ("json", "header")
 
@@ -88,6 +92,7 @@ def export(
 
         db_handle = store.open_store(settings.db_url, create=False)
         built: list[Any] = []
+        measured: list[_Measured] = []
         try:
             with db_handle.session() as session, ExitStack() as backends:
                 if portfolio is None:
@@ -102,9 +107,11 @@ def export(
                         dtype=dtype,
                         k=portfolio,
                         within=within / 100,
-                        measure=_measurer(settings, backends) if measure else None,
+                        measure=_measurer(settings, backends, measured) if measure else None,
                         any_toolchain=any_toolchain,
                     )
+            if measured:
+                _record_measured(db_handle, measured)
         finally:
             db_handle.close()
         if fmt == "json":
@@ -147,9 +154,20 @@ def export(
         )
 
 
-def _measurer(settings: Settings, backends: ExitStack) -> MeasureFn:
+class _Measured(NamedTuple):
+    """A pair measured now: what a record of it needs."""
+
+    workload: Workload
+    tiling: Tiling
+    attempt: Attempt
+    env: dict[str, Any]
+    toolchain: Toolchain
+
+
+def _measurer(settings: Settings, backends: ExitStack, measured: list[_Measured]) -> MeasureFn:
     """Measures a tiling at a shape on its target's backend (opened once per target, closed
-    with ``backends``), as the tuner measures: static check, build, checked run."""
+    with ``backends``), as the tuner measures: static check, build, checked run; appends each
+    measurement to ``measured`` (:func:`_record_measured` keeps them)."""
     from tilewise.kernels.backends import create_backend
     from tilewise.search import Measurer
 
@@ -160,18 +178,48 @@ def _measurer(settings: Settings, backends: ExitStack) -> MeasureFn:
             opened[target.name] = backends.enter_context(
                 create_backend(target.backend, settings=settings, target=target)
             )
+        backend = opened[target.name]
         measurer = Measurer(
-            spec=spec,
-            shape=shape,
-            dtype=dtype,
-            target=target,
-            backend=opened[target.name],
-            settings=settings,
+            spec=spec, shape=shape, dtype=dtype, target=target, backend=backend, settings=settings
         )
-        latency: float | None = measurer.attempt(tiling).latency_us
+        attempt = measurer.attempt(tiling)
+        workload = Workload(spec.name, spec.version, target.name, dtype, shape)
+        env = {**backend.environment(), "target": target.name}
+        measured.append(_Measured(workload, tiling, attempt, env, backend.toolchain(target)))
+        latency: float | None = attempt.latency_us
         return latency
 
     return measure
+
+
+def _record_measured(db: Store, measured: list[_Measured]) -> None:
+    """Record each tiling measured now that its shape's records lack (source ``portfolio``),
+    so that the next export, and the model of untuned shapes, find it; a shape's own tiling,
+    measured again beside the others, has its records already. Written after the export's
+    reading transaction, in one transaction of their own."""
+    from tilewise import store
+    from tilewise.status import RecordSource, RecordStatus
+
+    with db.session() as s:
+        for m in measured:
+            workload = store.commit_workload(s, m.workload)
+            if store.find_record(s, workload_id=workload.id, tiling_key=m.tiling.key()):
+                continue
+            run = m.attempt.run if m.attempt.status == RecordStatus.OK else None
+            store.add_record(
+                s,
+                workload_id=workload.id,
+                tiling=m.tiling,
+                status=m.attempt.status,
+                latency_us=run.median_us if run else None,
+                spread=run.spread if run else None,
+                samples_us=list(run.samples_us) if run else None,
+                error=None if run else m.attempt.error,
+                constraints=None if run else m.attempt.constraints or None,
+                source=RecordSource.PORTFOLIO,
+                env=m.env,
+                toolchain=m.toolchain,
+            )
 
 
 def coverage_report(built: list[GroupPortfolio]) -> str:
