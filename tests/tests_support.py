@@ -169,3 +169,18 @@ def build_portfolio_driver(header: Path, tmp_path: Path, compiler: str, std: lis
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, " ".join(cmd) + "\n" + done.stderr
     return exe
+
+
+def portfolio_driver_answers(header: Path, tmp_path: Path, text: str) -> list[tuple[str, Any]]:
+    """Per C compiler, the portfolio driver's answers (one list of integers per line) to the
+    shapes in ``text``, built against ``header``."""
+    answers = []
+    for compiler, std in c_compilers():
+        exe = build_portfolio_driver(header, tmp_path, compiler, std)
+        done = subprocess.run(
+            [str(exe)], input=text, capture_output=True, text=True, timeout=60, check=True
+        )
+        answers.append(
+            (compiler, [[int(v) for v in line.split()] for line in done.stdout.splitlines()])
+        )
+    return answers

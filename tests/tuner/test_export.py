@@ -8,14 +8,13 @@ import json
 import math
 import os
 import random
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tests_support import host_toolchain
+from tests_support import c_compilers, host_toolchain
 
 from tilewise import store as st
 from tilewise.errors import InputError
@@ -361,18 +360,7 @@ def test_cli_bad_input_exits_2_with_one_line(tmp_path: Path, args: list[str], me
 # The C header
 
 
-def _compilers() -> list[tuple[str, list[str]]]:
-    found = []
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc:
-        found.append((cc, ["-std=c99", "-x", "c"]))
-    cxx = shutil.which("g++") or shutil.which("c++")
-    if cxx:
-        found.append((cxx, ["-std=c++11", "-x", "c++"]))
-    return found
-
-
-COMPILERS = _compilers()
+COMPILERS = c_compilers()
 
 
 def _build(header: Path, op: str, tmp_path: Path, compiler: str, std: list[str]) -> Path:

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from tests_support import (
     PORTFOLIO_SHAPES,
-    build_portfolio_driver,
     c_compilers,
     host_toolchain,
     portfolio_best,
     portfolio_carried,
+    portfolio_driver_answers,
     portfolio_record,
     portfolio_tuned_set,
 )
@@ -242,12 +242,7 @@ def test_header_selects_the_member_python_selects(store: st.Store, tmp_path: Pat
         )
     expected.append([-1, 0])  # no portfolio for float16
     assert {e[0] for e in expected[:-1]} == {0, 1, 2}  # the sweep meets every member
-    for compiler, std in c_compilers():
-        exe = build_portfolio_driver(header, tmp_path, compiler, std)
-        done = subprocess.run(
-            [str(exe)], input=text, capture_output=True, text=True, timeout=60, check=True
-        )
-        got = [[int(v) for v in line.split()] for line in done.stdout.splitlines()]
+    for compiler, got in portfolio_driver_answers(header, tmp_path, text):
         assert got == expected, compiler
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import copy
 import json
 import random
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +15,9 @@ from tests_support import (
     PORTFOLIO_SHAPES,
     RULES,
     TWIN,
-    build_portfolio_driver,
     c_compilers,
     portfolio_best,
+    portfolio_driver_answers,
     portfolio_tuned_set,
 )
 
@@ -131,12 +130,7 @@ def test_lookups_agree_with_the_compiled_header(
         fields = [answer.tiling[f] for f in RULES.fields]
         expected.append([answer.member, 0] if default else [answer.member, 1, *fields])
     assert any(e[1] == 0 for e in expected) and any(e[1] == 1 for e in expected)
-    for compiler, std in c_compilers():
-        exe = build_portfolio_driver(header, tmp_path, compiler, std)
-        done = subprocess.run(
-            [str(exe)], input=text, capture_output=True, text=True, timeout=60, check=True
-        )
-        got = [[int(v) for v in line.split()] for line in done.stdout.splitlines()]
+    for compiler, got in portfolio_driver_answers(header, tmp_path, text):
         assert got == expected, compiler
 
 
