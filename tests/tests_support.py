@@ -144,9 +144,19 @@ def c_compilers() -> list[tuple[str, list[str]]]:
     return found
 
 
-def build_portfolio_driver(header: Path, tmp_path: Path, compiler: str, std: list[str]) -> Path:
-    exe = tmp_path / f"portfolio-{Path(compiler).name}"
-    op, upper = LAG.name, LAG.name.upper()
+def build_header_driver(
+    header: Path,
+    driver: Path,
+    exe: Path,
+    compiler: str,
+    std: list[str],
+    op: str,
+    functions: dict[str, str],
+) -> Path:
+    """Compile ``driver`` (a C file reading shapes from stdin) against a generated ``header``
+    of ``op``, strict warnings as errors; ``functions`` maps the driver's macros (TW_LOOKUP,
+    TW_MEMBER ...) to the header's function names."""
+    ndims = len(get_op(op).dims)
     cmd = [
         compiler,
         *std,
@@ -156,12 +166,11 @@ def build_portfolio_driver(header: Path, tmp_path: Path, compiler: str, std: lis
         "-Werror",
         "-pedantic",
         f'-DTW_HEADER="{header}"',
-        f"-DTW_MEMBER=tilewise_{op}_member",
-        f"-DTW_MEMBER_TILING=tilewise_{op}_member_tiling",
-        f"-DTW_FIELDS=TILEWISE_{upper}_FIELDS",
-        f"-DTW_NDIMS={len(LAG.dims)}",
-        "-DTW_ARGS=" + ", ".join(f"(int64_t)d[{i}]" for i in range(len(LAG.dims))),
-        str(PORTFOLIO_DRIVER),
+        *(f"-D{macro}={name}" for macro, name in functions.items()),
+        f"-DTW_FIELDS=TILEWISE_{op.upper()}_FIELDS",
+        f"-DTW_NDIMS={ndims}",
+        "-DTW_ARGS=" + ", ".join(f"(int64_t)d[{i}]" for i in range(ndims)),
+        str(driver),
         "-o",
         str(exe),
         "-lm",
@@ -169,6 +178,19 @@ def build_portfolio_driver(header: Path, tmp_path: Path, compiler: str, std: lis
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, " ".join(cmd) + "\n" + done.stderr
     return exe
+
+
+def build_portfolio_driver(header: Path, tmp_path: Path, compiler: str, std: list[str]) -> Path:
+    op = LAG.name
+    return build_header_driver(
+        header,
+        PORTFOLIO_DRIVER,
+        tmp_path / f"portfolio-{Path(compiler).name}",
+        compiler,
+        std,
+        op,
+        {"TW_MEMBER": f"tilewise_{op}_member", "TW_MEMBER_TILING": f"tilewise_{op}_member_tiling"},
+    )
 
 
 def portfolio_driver_answers(header: Path, tmp_path: Path, text: str) -> list[tuple[str, Any]]:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests_support import c_compilers, host_toolchain
+from tests_support import build_header_driver, c_compilers, host_toolchain
 
 from tilewise import store as st
 from tilewise.errors import InputError
@@ -364,29 +364,9 @@ COMPILERS = c_compilers()
 
 
 def _build(header: Path, op: str, tmp_path: Path, compiler: str, std: list[str]) -> Path:
-    upper = op.upper()
     exe = tmp_path / f"driver-{Path(compiler).name}"
-    cmd = [
-        compiler,
-        *std,
-        "-O2",
-        "-Wall",
-        "-Wextra",
-        "-Werror",
-        "-pedantic",
-        f'-DTW_HEADER="{header}"',
-        f"-DTW_LOOKUP=tilewise_{op}_lookup",
-        f"-DTW_FIELDS=TILEWISE_{upper}_FIELDS",
-        f"-DTW_NDIMS={len(get_op(op).dims)}",
-        "-DTW_ARGS=" + ", ".join(f"(int64_t)d[{i}]" for i in range(len(get_op(op).dims))),
-        str(DRIVER),
-        "-o",
-        str(exe),
-        "-lm",
-    ]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
-    assert done.returncode == 0, " ".join(cmd) + "\n" + done.stderr
-    return exe
+    lookup = {"TW_LOOKUP": f"tilewise_{op}_lookup"}
+    return build_header_driver(header, DRIVER, exe, compiler, std, op, lookup)
 
 
 def _ask_c(exe: Path, queries: list[tuple[str, str, tuple[int, ...]]]) -> list[list[int]]:
