@@ -633,7 +633,12 @@ def test_a_conv_with_pad_0_end_to_end(db_url: str, tmp_path: Path) -> None:
     if near.source == "nearest":
         assert near.distance == 1.0 and near.tiling == carried and near.rule == "carried"
     else:
-        assert not spec.valid(carried, padded, "float32", twin)
+        # The default: the tune (4 evaluations) kept its default, or the carried tiling does not
+        # fit the padded shape.
+        kept = exact.tiling == spec.default_tiling(Shape(CONV_PAD0), "float32", twin)
+        assert (near.rule == "kept_default" and kept) or (
+            near.rule == "default" and not spec.valid(carried, padded, "float32", twin)
+        ), near
 
     fields = [t.name for t in spec.tunables(Shape(CONV_PAD0), "float32", twin)]
     asked = [tuple({**CONV_PAD0, "pad": p}[d] for d in spec.dims) for p in (0, 1, -1)]
