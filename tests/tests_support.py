@@ -74,7 +74,10 @@ def portfolio_carried(source: Shape, to: Shape) -> Tiling:
     return tiling
 
 
-def portfolio_record(session: Any, workload_id: int, tiling: Tiling, latency: float) -> int:
+def ok_record(
+    session: Any, workload_id: int, tiling: Tiling, latency: float, *, spread: float = 0.02
+) -> int:
+    """A search's ok record of ``tiling`` measured at ``latency`` µs on this host's toolchain."""
     return st.add_record(
         session,
         toolchain=host_toolchain(),
@@ -82,10 +85,14 @@ def portfolio_record(session: Any, workload_id: int, tiling: Tiling, latency: fl
         tiling=tiling,
         status="ok",
         latency_us=latency,
-        spread=0.01,
+        spread=spread,
         source="search",
         env={"host": "test"},
     ).id
+
+
+def portfolio_record(session: Any, workload_id: int, tiling: Tiling, latency: float) -> int:
+    return ok_record(session, workload_id, tiling, latency, spread=0.01)
 
 
 def portfolio_tuned_set(session: Any) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests_support import build_header_driver, c_compilers, host_toolchain
+from tests_support import build_header_driver, c_compilers, host_toolchain, ok_record
 
 from tilewise import store as st
 from tilewise.errors import InputError
@@ -156,18 +156,7 @@ def test_table_document_from_the_database(store: st.Store) -> None:
 def _measure(
     session: Any, workload_id: int, tiling: Tiling, latency: float, *, spread: float = 0.02
 ) -> int:
-    record = st.add_record(
-        session,
-        toolchain=host_toolchain(),
-        workload_id=workload_id,
-        tiling=tiling,
-        status="ok",
-        latency_us=latency,
-        spread=spread,
-        source="search",
-        env={"host": "test"},
-    )
-    return record.id
+    return ok_record(session, workload_id, tiling, latency, spread=spread)
 
 
 def _tuned_with_records(
