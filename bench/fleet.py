@@ -78,7 +78,7 @@ def _spawn(
         if args.via is not None:
             cmd.append("--no-prepare")
         if args.optuna_storage == "journal":
-            cmd += ["--journal", str(logs / "optuna.journal")]
+            cmd += ["--journals", str(logs / "studies")]
         if args.profile is not None and i == 0:
             cmd += ["--profile", str(args.profile.with_suffix(f".{mode}.N{n}.pstats"))]
         err = (logs / f"worker-{i}.log").open("w")
@@ -170,8 +170,8 @@ def run_fleet(args: argparse.Namespace, mode: str, n: int) -> dict[str, Any]:
             for line in (logs / f"worker-{i}.log").read_text(errors="replace").splitlines()
             if line.strip()
         )
-        journal = logs / "optuna.journal" if args.optuna_storage == "journal" else None
-        counts = count_evaluations(fdb.url, journal=journal)
+        journals = logs / "studies" if args.optuna_storage == "journal" else None
+        counts = count_evaluations(fdb.url, journals=journals)
     makespan = (last - go).total_seconds() if last is not None and not timed_out else wall
     summary = _summary(mode, n, budget, makespan, reports, sampler, counts, warnings, timed_out)
     summary.update(host)
@@ -315,8 +315,8 @@ def main() -> None:
         "--optuna-storage",
         choices=("rdb", "journal"),
         default="rdb",
-        help="journal: an experiment, the studies in an Optuna journal file (one host) instead"
-        " of the database",
+        help="journal: the studies in Optuna journal files (TILEWISE_STUDY_JOURNAL_DIR, one"
+        " host here) instead of the database",
     )
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per run")
     parser.add_argument(

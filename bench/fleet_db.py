@@ -171,11 +171,11 @@ def _proc_cpu_s(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / _TICK  # utime, stime
 
 
-def count_evaluations(url: str, *, journal: Path | None = None) -> dict[str, Any]:
+def count_evaluations(url: str, *, journals: Path | None = None) -> dict[str, Any]:
     """What the database holds after a run: the jobs, their evaluations against their budgets,
     the evaluation records (built and launched: not rejected before, not re-measures), the ones
     measured twice for one workload, and the ones whose Optuna trial is missing or not
-    complete (in the database's Optuna tables, or in ``journal``)."""
+    complete (in the database's Optuna tables, or in the journal files in ``journals``)."""
     db = store.open_store(url, create=False)
     try:
         with db.session() as s:
@@ -200,22 +200,26 @@ def count_evaluations(url: str, *, journal: Path | None = None) -> dict[str, Any
     finally:
         db.close()
     per_tiling = Counter((r.workload_id, r.tiling_key) for r in records)
-    storage: optuna.storages.BaseStorage
-    if journal is not None:
+    trials: dict[str, dict[int, optuna.trial.TrialState]] = {}
+    storages: list[optuna.storages.BaseStorage] = []
+    if journals is not None:
         from optuna.storages.journal import JournalFileBackend, JournalStorage
 
-        storage = JournalStorage(JournalFileBackend(str(journal)))
+        for path in sorted(journals.glob("*.journal")):
+            storages.append(JournalStorage(JournalFileBackend(str(path))))
     else:
-        storage = optuna.storages.RDBStorage(url)
+        storages.append(optuna.storages.RDBStorage(url))
     try:
-        trials: dict[str, dict[int, optuna.trial.TrialState]] = {}
-        for study in storage.get_all_studies():
-            trials[study.study_name] = {
-                t.number: t.state for t in storage.get_all_trials(study._study_id, deepcopy=False)
-            }
+        for storage in storages:
+            for study in storage.get_all_studies():
+                trials[study.study_name] = {
+                    t.number: t.state
+                    for t in storage.get_all_trials(study._study_id, deepcopy=False)
+                }
     finally:
-        if isinstance(storage, optuna.storages.RDBStorage):
-            storage.engine.dispose()
+        for storage in storages:
+            if isinstance(storage, optuna.storages.RDBStorage):
+                storage.engine.dispose()
     untold = sum(
         1
         for r in records

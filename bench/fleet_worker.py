@@ -110,27 +110,6 @@ class QueryClock:
             }
 
 
-def use_journal(path: Path) -> None:
-    """Optuna's JournalStorage on one file that the run's workers share, in place of its
-    RDBStorage on the database: an experiment that measures what the studies' storage costs
-    (tilewise itself has no such option; the file only works for workers on one host)."""
-    from optuna.storages.journal import JournalFileBackend, JournalStorage
-
-    from tilewise.search import _tune
-
-    class _NoEngine:
-        def dispose(self) -> None:
-            pass
-
-    class _Journal(JournalStorage):
-        engine = _NoEngine()  # the Tuner disposes of its storage's engine
-
-    def journal(url: str) -> JournalStorage:
-        return _Journal(JournalFileBackend(str(path)))
-
-    _tune.optuna_storage = journal  # type: ignore[assignment]
-
-
 def cpu_s() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
@@ -146,7 +125,9 @@ def main() -> None:
     parser.add_argument("--strategy", default="default")
     parser.add_argument("--report", type=Path, required=True)
     parser.add_argument("--profile", type=Path, help="write cProfile stats of the run here")
-    parser.add_argument("--journal", type=Path, help="Optuna's studies in this journal file")
+    parser.add_argument(
+        "--journals", type=Path, help="Optuna's studies in journal files in this directory"
+    )
     parser.add_argument(
         "--no-prepare",
         action="store_true",
@@ -166,9 +147,11 @@ def main() -> None:
     from tilewise.settings import Settings
     from tilewise.worker import Worker
 
-    if args.journal is not None:
-        use_journal(args.journal)
-    settings = Settings(db_url=args.db, max_assistants_per_job=args.assistants)
+    settings = Settings(
+        db_url=args.db,
+        max_assistants_per_job=args.assistants,
+        study_journal_dir=args.journals,
+    )
     device = ReplayDevice(load_spaces(), latency_s=args.latency, remeasure_s=args.remeasure_latency)
     worker = Worker(
         settings=settings,

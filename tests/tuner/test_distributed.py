@@ -8,7 +8,10 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+import optuna
 import pytest
+from optuna.storages.journal import JournalFileBackend, JournalStorage
+from optuna.trial import TrialState
 
 from tilewise import store
 from tilewise.kernels.ops import get_op
@@ -21,7 +24,9 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
 
-def _workers(url: str, twin_cache: Path, count: int) -> list[subprocess.CompletedProcess[str]]:
+def _workers(
+    url: str, twin_cache: Path, count: int, journals: Path | None = None
+) -> list[subprocess.CompletedProcess[str]]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TILEWISE_")}
     env.update(
         TILEWISE_CACHE_DIR=str(twin_cache),
@@ -30,6 +35,8 @@ def _workers(url: str, twin_cache: Path, count: int) -> list[subprocess.Complete
         TILEWISE_POLL_S="0.2",
         TILEWISE_DB_URL=url,
     )
+    if journals is not None:
+        env["TILEWISE_STUDY_JOURNAL_DIR"] = str(journals)
     cmd = [sys.executable, "-m", "tilewise.cli", "worker", "--exit-when-idle"]
     procs = [
         subprocess.Popen(
@@ -83,14 +90,17 @@ def test_two_workers_tune_two_workloads_on_postgres(pg_url: str, twin_cache: Pat
         assert len(keys) == len(set(keys)), Counter(keys).most_common(3)
 
 
+@pytest.mark.parametrize("in_journal", [False, True], ids=["study-in-db", "study-in-journal"])
 def test_two_workers_on_one_study_never_measure_a_tiling_twice(
-    pg_url: str, twin_cache: Path
+    pg_url: str, twin_cache: Path, tmp_path: Path, in_journal: bool
 ) -> None:
-    """Two jobs of one workload (a forced re-tune while one runs) share its study."""
+    """Two jobs of one workload (a forced re-tune while one runs) share its study: in the
+    database, or in its journal file (TILEWISE_STUDY_JOURNAL_DIR)."""
+    journals = tmp_path / "studies" if in_journal else None
     db = store.open_store(pg_url)
     try:
         jobs = _queue(db, 6144, 6, jobs=2)
-        for done in _workers(pg_url, twin_cache, 2):
+        for done in _workers(pg_url, twin_cache, 2, journals):
             assert done.returncode == 0, done.stderr
         with db.session() as s:
             finished = [store.get_job(s, job_id=j.id) for j in jobs]
@@ -102,6 +112,15 @@ def test_two_workers_on_one_study_never_measure_a_tiling_twice(
     assert spent == [6, 6]
     keys = [r.tiling_key for r in records if r.source != store.SOURCE_REMEASURE]
     assert len(keys) == len(set(keys)), Counter(keys).most_common(3)
+    if journals is not None:
+        (journal,) = journals.iterdir()
+        trials = optuna.load_study(
+            study_name=journal.stem, storage=JournalStorage(JournalFileBackend(str(journal)))
+        ).get_trials(deepcopy=False)
+        told = {t.number for t in trials if t.state is TrialState.COMPLETE}
+        searched = [r for r in records if r.source != store.SOURCE_REMEASURE]
+        assert all(r.trial_number in told for r in searched if r.trial_number is not None)
+        assert sum(r.trial_number is not None for r in searched) >= 12
 
 
 def test_api_and_two_worker_processes_on_postgres(pg_url: str, twin_cache: Path) -> None:

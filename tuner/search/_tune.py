@@ -40,6 +40,7 @@ from tilewise.search._evaluate import Evaluator, JobTag, Outcome, Progress
 from tilewise.search._loop import AskTellLoop
 from tilewise.search._remeasure import Measured
 from tilewise.search._space import SearchSpace, distributions, tiling_from_params
+from tilewise.search._storage import close_storage, open_storage
 from tilewise.search._strategies import make_sampler
 from tilewise.search._warm import nearest_tuned_tilings
 from tilewise.settings import Settings
@@ -102,20 +103,6 @@ class TuneResult:
 
 def _rounded(times: dict[str, float | None]) -> dict[str, float | None]:
     return {k: None if v is None else round(v, 4) for k, v in times.items()}
-
-
-def optuna_storage(url: str) -> optuna.storages.RDBStorage:
-    # Workers starting together on a new database race to create Optuna's tables: the loser's
-    # CREATE fails, and a second try finds the tables there.
-    attempts = 5
-    for attempt in range(attempts):
-        try:
-            return optuna.storages.RDBStorage(url, engine_kwargs=store.optuna_engine_kwargs(url))
-        except sqlalchemy.exc.SQLAlchemyError:
-            if attempt == attempts - 1:
-                raise
-            time.sleep(0.2 * (attempt + 1))
-    raise AssertionError("unreachable")  # pragma: no cover
 
 
 class Tuner(Evaluator):
@@ -192,13 +179,13 @@ class Tuner(Evaluator):
         progress.best_us = min(earlier, default=None)
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         try:
-            storage = optuna_storage(self.db.url)
+            storage = self._storage()
             try:
                 stopped = self._search(
                     storage, budget, progress, started, seed, on_progress, should_stop
                 )
             finally:
-                storage.engine.dispose()
+                close_storage(storage)
         except (optuna.exceptions.StorageInternalError, sqlalchemy.exc.OperationalError) as exc:
             # The study's storage lost the database (a PostgreSQL restart, a locked SQLite file):
             # a StoreError like our own store's, so a worker hands its job back and resumes it
@@ -240,18 +227,22 @@ class Tuner(Evaluator):
             attrs["default_latency_us"] = default.latency_us
             attrs["speedup"] = default.latency_us / best.latency_us
         try:
-            storage = optuna_storage(self.db.url)
-        except sqlalchemy.exc.SQLAlchemyError as exc:
+            storage = self._storage()
+        except (sqlalchemy.exc.SQLAlchemyError, StoreError) as exc:
             log.warning("%s: the Optuna study is out of reach: %s", self.workload.study_name, exc)
             return
         try:
             _study.record_outcome(storage, self.workload.study_name, attrs)
         finally:
-            storage.engine.dispose()
+            close_storage(storage)
+
+    def _storage(self) -> optuna.storages.BaseStorage:
+        """The storage of this workload's study (the database, or its journal file)."""
+        return open_storage(self.db.url, self.workload.study_name, self.settings.study_journal_dir)
 
     def _search(
         self,
-        storage: optuna.storages.RDBStorage,
+        storage: optuna.storages.BaseStorage,
         budget: Budget,
         progress: Progress,
         started: float,

@@ -1,0 +1,147 @@
+"""Where the Optuna studies live: the database by default, or one journal file per study in
+``Settings.study_journal_dir``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+import pytest
+import sqlalchemy as sa
+from optuna.storages.journal import JournalFileBackend, JournalStorage
+from optuna.trial import TrialState
+
+from tests.fakes import FakeBackend
+from tilewise import store
+from tilewise.errors import StoreError
+from tilewise.kernels.ops import get_op
+from tilewise.kernels.targets import twin_target
+from tilewise.search import Budget, Tuner
+from tilewise.search._storage import journal_path
+from tilewise.settings import Settings
+from tilewise.store import RecordStatus
+from tilewise.types import Shape, Tiling
+
+
+def _latency(tiling: Tiling) -> float:
+    return 1000.0 / tiling["blockDim"] + tiling["tileLength"] / 1000
+
+
+def _tuner(settings: Settings, n: int = 1 << 16) -> Tuner:
+    return Tuner(
+        spec=get_op("scale_relu_dropout"),
+        shape=Shape({"N": n}),
+        dtype="float32",
+        target=twin_target(),
+        backend=FakeBackend(_latency, stack_bytes=128),
+        db=store.open_store(settings.db_url),
+        settings=settings,
+    )
+
+
+def _run(tuner: Tuner, budget: int) -> None:
+    try:
+        tuner.run(Budget(budget), seed=0)
+    finally:
+        tuner.db.close()
+
+
+def _trials(path: Path, name: str) -> tuple[dict[str, object], list[optuna.trial.FrozenTrial]]:
+    study = optuna.load_study(
+        study_name=name, storage=JournalStorage(JournalFileBackend(str(path)))
+    )
+    return study.user_attrs, study.get_trials(deepcopy=False)
+
+
+def _evaluated(tuner: Tuner) -> list[store.RecordRow]:
+    db = store.open_store(tuner.settings.db_url)
+    try:
+        with db.session() as s:
+            rows = store.records_for(s, workload_id=tuner.workload_id)
+    finally:
+        db.close()
+    return [r for r in rows if r.source != store.SOURCE_REMEASURE]
+
+
+def test_a_tune_keeps_its_study_in_a_journal_file_of_its_own(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'tw.db'}"
+    journals = tmp_path / "studies" / "not-yet"  # created on first use
+    settings = Settings(
+        db_url=url, cache_dir=tmp_path / "cache", remeasure_top=2, study_journal_dir=journals
+    )
+    tuner = _tuner(settings)
+    _run(tuner, 6)
+
+    path = journal_path(journals, tuner.workload.study_name)
+    assert sorted(p.name for p in journals.iterdir()) == [path.name]
+    attrs, trials = _trials(path, tuner.workload.study_name)
+    assert attrs["op"] == "scale_relu_dropout" and attrs["shape"] == {"N": 1 << 16}
+    assert attrs["best_latency_us"] > 0  # the finished tune's figures
+    # Every evaluation's record names a trial of the journal's study that was told its time.
+    records = _evaluated(tuner)
+    assert len(records) >= 6
+    by_number = {t.number: t for t in trials}
+    for record in records:
+        trial = by_number[record.trial_number]
+        assert trial.state is TrialState.COMPLETE
+        assert Tiling(trial.params).key() == record.tiling_key
+        if record.status is RecordStatus.OK:
+            assert trial.value == record.latency_us
+    # The database holds the records, not the study.
+    engine = sa.create_engine(url)
+    try:
+        tables = sa.inspect(engine).get_table_names()
+        if "studies" in tables:
+            with engine.connect() as c:
+                assert c.scalar(sa.text("SELECT count(*) FROM studies")) == 0
+    finally:
+        engine.dispose()
+
+    # A second tune of the workload continues the same study: it proposes none of the first
+    # one's tilings again, and adds its trials to the same file.
+    again = _tuner(settings)
+    _run(again, 4)
+    _, more = _trials(path, tuner.workload.study_name)
+    assert len(more) > len(trials)
+    keys = [r.tiling_key for r in _evaluated(again)]
+    assert len(keys) == len(set(keys)) >= 10
+
+
+def test_another_workload_gets_another_file(tmp_path: Path) -> None:
+    journals = tmp_path / "studies"
+    settings = Settings(
+        db_url=f"sqlite:///{tmp_path / 'tw.db'}",
+        cache_dir=tmp_path / "cache",
+        remeasure_top=0,
+        study_journal_dir=journals,
+    )
+    first, second = _tuner(settings), _tuner(settings, n=1 << 12)
+    _run(first, 3)
+    _run(second, 3)
+    assert {p.name for p in journals.iterdir()} == {
+        journal_path(journals, t.workload.study_name).name for t in (first, second)
+    }
+
+
+def test_a_journal_dir_that_cannot_be_made_is_a_store_error_naming_it(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    settings = Settings(
+        db_url=f"sqlite:///{tmp_path / 'tw.db'}",
+        cache_dir=tmp_path / "cache",
+        study_journal_dir=blocker / "studies",
+    )
+    tuner = _tuner(settings)
+    with pytest.raises(StoreError, match=r"Optuna study journal .*a-file/studies"):
+        _run(tuner, 3)
+    assert _evaluated(tuner) == []  # nothing measured without a study to tell
+
+
+def test_the_setting_comes_from_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TILEWISE_STUDY_JOURNAL_DIR", "~/tw-studies")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert Settings().study_journal_dir == tmp_path / "tw-studies"
+    monkeypatch.delenv("TILEWISE_STUDY_JOURNAL_DIR")
+    assert Settings().study_journal_dir is None
