@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+import json
 import os
 import shutil
 import subprocess
@@ -213,3 +215,21 @@ def portfolio_driver_answers(header: Path, tmp_path: Path, text: str) -> list[tu
             (compiler, [[int(v) for v in line.split()] for line in done.stdout.splitlines()])
         )
     return answers
+
+
+def wsgi_get(app: Any, path: str) -> Any:
+    """The JSON body of a GET of ``path`` from the WSGI ``app`` (optuna-dashboard's), asserting
+    a 200."""
+    environ = {
+        "REQUEST_METHOD": "GET",
+        "PATH_INFO": path,
+        "QUERY_STRING": "",
+        "SERVER_NAME": "test",
+        "SERVER_PORT": "80",
+        "wsgi.input": io.BytesIO(),
+        "wsgi.url_scheme": "http",
+    }
+    status: list[str] = []
+    body = b"".join(app(environ, lambda s, h, *a: status.append(s)))
+    assert status[0].startswith("200"), (path, status, body[:200])
+    return json.loads(body)

@@ -3,13 +3,12 @@ attributes, the finished tune's figures."""
 
 from __future__ import annotations
 
-import io
-import json
 from pathlib import Path
 from typing import Any
 
 import optuna
 import optuna_dashboard
+from tests_support import wsgi_get
 
 from tests.fakes import FakeBackend
 from tilewise import store
@@ -50,22 +49,6 @@ def _described(tuner: Tuner, url: str) -> tuple[list[str] | None, dict[str, Any]
         storage.engine.dispose()
 
 
-def _get(app: Any, path: str) -> Any:
-    environ = {
-        "REQUEST_METHOD": "GET",
-        "PATH_INFO": path,
-        "QUERY_STRING": "",
-        "SERVER_NAME": "test",
-        "SERVER_PORT": "80",
-        "wsgi.input": io.BytesIO(),
-        "wsgi.url_scheme": "http",
-    }
-    status: list[str] = []
-    body = b"".join(app(environ, lambda s, h, *a: status.append(s)))
-    assert status[0].startswith("200"), (path, status, body[:200])
-    return json.loads(body)
-
-
 def test_study_names_its_objective_and_workload(tmp_path: Path, db_url: str) -> None:
     settings = Settings(db_url=db_url, cache_dir=tmp_path / "cache", remeasure_top=2)
     tuner = _tune(settings)
@@ -102,10 +85,10 @@ def test_optuna_dashboard_reads_the_database(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'tw.db'}"
     tuner = _tune(Settings(db_url=url, cache_dir=tmp_path / "cache", remeasure_top=2))
     app = optuna_dashboard.wsgi(url)
-    studies = _get(app, "/api/studies")["study_summaries"]
+    studies = wsgi_get(app, "/api/studies")["study_summaries"]
     (summary,) = [s for s in studies if s["study_name"] == tuner.workload.study_name]
     shown = {a["key"]: a["value"] for a in summary["user_attrs"]}
     assert {"op", "shape", "dtype", "target", "default_latency_us"} <= set(shown)
-    detail = _get(app, f"/api/studies/{summary['study_id']}")
+    detail = wsgi_get(app, f"/api/studies/{summary['study_id']}")
     assert detail["objective_names"] == ["latency_us"]
     assert len([t for t in detail["trials"] if t["state"] == "Complete"]) >= 6

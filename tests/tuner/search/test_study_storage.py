@@ -6,10 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import optuna
+import optuna_dashboard
 import pytest
 import sqlalchemy as sa
 from optuna.storages.journal import JournalFileBackend, JournalStorage
 from optuna.trial import TrialState
+from tests_support import wsgi_get
 
 from tests.fakes import FakeBackend
 from tilewise import store
@@ -96,6 +98,11 @@ def test_a_tune_keeps_its_study_in_a_journal_file_of_its_own(tmp_path: Path) -> 
                 assert c.scalar(sa.text("SELECT count(*) FROM studies")) == 0
     finally:
         engine.dispose()
+
+    # optuna-dashboard reads the study from its file.
+    app = optuna_dashboard.wsgi(JournalStorage(JournalFileBackend(str(path))))
+    (summary,) = wsgi_get(app, "/api/studies")["study_summaries"]
+    assert summary["study_name"] == tuner.workload.study_name
 
     # A second tune of the workload continues the same study: it proposes none of the first
     # one's tilings again, and adds its trials to the same file.
