@@ -2,7 +2,8 @@
 or in a directory of Optuna journal files (``Settings.study_journal_dir``).
 
 A journal is an append-only log of a study's operations that each process replays when it
-opens the study; Optuna locks the file for each write with a symlink, which also works on NFS.
+opens the study; Optuna locks the file for each write with a symlink, which also works on NFS,
+and breaks a lock left by a killed process after 30 s.
 One file per study keeps the replay to that study's own history: a single file for every
 study would be replayed whole by every tune. On the fleet benchmark, with journal files an
 evaluation cost the database an eighth of the statements and a worker half the CPU (README,
