@@ -13,7 +13,9 @@ evaluation cost the database an eighth of the statements and a worker half the C
 from __future__ import annotations
 
 import time
+from collections.abc import Generator
 from pathlib import Path
+from typing import Any
 
 import optuna
 import sqlalchemy.exc
@@ -24,6 +26,35 @@ from tilewise.errors import StoreError
 
 #: The suffix of a study's journal file in ``Settings.study_journal_dir``.
 JOURNAL_SUFFIX = ".journal"
+
+
+class _Journal(JournalFileBackend):
+    """Optuna's journal file, whose I/O errors (a full disk, an NFS mount gone away) are
+    :class:`StoreError` naming the file: a worker then hands its job back and resumes it
+    later, as when it loses the database, instead of failing it for good."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            super().__init__(str(path))
+        except OSError as exc:
+            raise self._error(exc) from exc
+
+    def _error(self, exc: OSError) -> StoreError:
+        return StoreError(f"cannot reach the Optuna study journal {self.path}: {exc}")
+
+    def read_logs(self, log_number_from: int) -> Generator[dict[str, Any], None, None]:
+        try:
+            yield from super().read_logs(log_number_from)
+        except OSError as exc:
+            raise self._error(exc) from exc
+
+    def append_logs(self, logs: list[dict[str, Any]]) -> None:
+        try:
+            super().append_logs(logs)
+        except OSError as exc:
+            raise self._error(exc) from exc
 
 
 def journal_path(directory: Path, study_name: str) -> Path:
@@ -38,16 +69,12 @@ def open_storage(
     first use, with the directory), else Optuna's RDB storage on the database at ``url``.
 
     Raises:
-        StoreError: the journal directory cannot be created or its file opened.
+        StoreError: the journal directory cannot be created or its file opened (and later,
+            from the storage's calls, when the file cannot be read or written).
         sqlalchemy.exc.SQLAlchemyError: the database cannot be reached.
     """
     if journal_dir is not None:
-        path = journal_path(journal_dir, study_name)
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            return JournalStorage(JournalFileBackend(str(path)))
-        except OSError as exc:
-            raise StoreError(f"cannot open the Optuna study journal {path}: {exc}") from exc
+        return JournalStorage(_Journal(journal_path(journal_dir, study_name)))
     # Workers starting together on a new database race to create Optuna's tables: the loser's
     # CREATE fails, and a second try finds the tables there.
     attempts = 5

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
+from typing import Any
 
 import optuna
 import optuna_dashboard
@@ -29,13 +31,13 @@ def _latency(tiling: Tiling) -> float:
     return 1000.0 / tiling["blockDim"] + tiling["tileLength"] / 1000
 
 
-def _tuner(settings: Settings, n: int = 1 << 16) -> Tuner:
+def _tuner(settings: Settings, n: int = 1 << 16, latency: Any = _latency) -> Tuner:
     return Tuner(
         spec=get_op("scale_relu_dropout"),
         shape=Shape({"N": n}),
         dtype="float32",
         target=twin_target(),
-        backend=FakeBackend(_latency, stack_bytes=128),
+        backend=FakeBackend(latency, stack_bytes=128),
         db=store.open_store(settings.db_url),
         settings=settings,
     )
@@ -139,9 +141,33 @@ def test_a_journal_dir_that_cannot_be_made_is_a_store_error_naming_it(tmp_path: 
         study_journal_dir=blocker / "studies",
     )
     tuner = _tuner(settings)
-    with pytest.raises(StoreError, match=r"Optuna study journal .*a-file/studies"):
+    with pytest.raises(StoreError, match=r"cannot reach the Optuna study journal .*a-file/studies"):
         _run(tuner, 3)
     assert _evaluated(tuner) == []  # nothing measured without a study to tell
+
+
+def test_a_journal_lost_mid_tune_is_a_store_error_and_keeps_the_records(tmp_path: Path) -> None:
+    """A journal that goes away (an NFS mount, say) ends the tune with a StoreError naming the
+    file, which a worker answers by handing its job back; what was measured stays recorded."""
+    journals = tmp_path / "studies"
+    settings = Settings(
+        db_url=f"sqlite:///{tmp_path / 'tw.db'}",
+        cache_dir=tmp_path / "cache",
+        study_journal_dir=journals,
+    )
+    launches: list[str] = []
+
+    def latency(tiling: Tiling) -> float:
+        launches.append(tiling.key())
+        if len(launches) == 3:
+            shutil.rmtree(journals)
+        return _latency(tiling)
+
+    tuner = _tuner(settings, latency=latency)
+    with pytest.raises(StoreError, match=r"cannot reach the Optuna study journal .*studies/"):
+        _run(tuner, 6)
+    recorded = {r.tiling_key for r in _evaluated(tuner)}
+    assert len(launches) >= 3 and set(launches) <= recorded
 
 
 def test_the_setting_comes_from_the_environment(
