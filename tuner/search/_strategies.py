@@ -95,9 +95,19 @@ def _surrogate_mix(seed: int | None, space: SearchSpace | None) -> optuna.sample
     return SurrogateSampler(space=space, seed=seed, n_startup=10, acquisitions=("ei", "mean"))
 
 
+def _surrogate_bandit(seed: int | None, space: SearchSpace | None) -> optuna.samplers.BaseSampler:
+    # The default's start-up and acquisitions, but a bandit picks each step's acquisition by
+    # whether its proposals landed among the five best so far, instead of a fixed cycle (see
+    # the README's search section: not ahead of the cycle on the spaces measured).
+    from tilewise.search._surrogate import SurrogateSampler
+
+    return SurrogateSampler(space=space, seed=seed, spread=True, bandit_top=5)
+
+
 #: strategy name -> factory(seed, space). "default" is what ``tilewise tune`` uses.
 STRATEGIES: dict[str, Factory] = {
     "default": _surrogate,
+    "surrogate-bandit": _surrogate_bandit,
     "surrogate-gp10": _surrogate_gp10,
     "surrogate-spread5": _surrogate_spread5,
     "surrogate-forest": _surrogate_forest,

@@ -19,14 +19,14 @@ space).
   predicted time anywhere (greedy); ``parzen``, TPE's good/bad density ratio over the fields,
   which needs no model; ``gp-ei``, ``gp-local`` and ``gp-mean``, the same three from the
   Gaussian process (``tilewise.search._gp``).
-* The default cycles ``gp-ei``, ``ei``, ``local``. The GP interpolates along tile sizes from
+* The default cycles ``gp-ei``, ``ei``, ``local`` (with ``bandit_top``, a bandit picks each
+  step's instead: ``tilewise.search._portfolio``). The GP interpolates along tile sizes from
   few evaluations (its length scales say which fields matter), which the forest's axis-aligned
   steps cannot do with ten or twenty points: it carries the first evaluations. The forest copes
-  with what a smooth GP does not model: failures, cliffs where a tile stops fitting, and
-  interactions learnt from many points; and the local step settles the fields neither model can
-  tell apart around the incumbent (two tilings that differ in one block size and by 0.01%).
-  Either model alone lost somewhere (see the README's search section): the GP alone on the
-  rugged conv_MI250X space, the forest alone in the first 25 evaluations.
+  with failures, cliffs where a tile stops fitting, and interactions learnt from many points;
+  the local step settles the fields neither model can tell apart around the incumbent. Either
+  model alone lost somewhere (the README's search section): the GP alone on the rugged
+  conv_MI250X space, the forest alone in the first 25 evaluations.
 * What a proposal costs is bounded (the README's search section has the seconds): the forest
   is refitted every ``max(1, n // refit_divisor)`` evaluations (its predictions reused in
   between); the GP's hyperparameters each time the evaluations grew by ``gp_refit_growth``, on
@@ -43,10 +43,8 @@ are the fields scaled to [0, 1] (sizes by log), one per field, so that a length 
 field's. Nothing in them is specific to one kernel or one recorded space.
 
 Defaults of the class (10 start-up draws, ``gp-ei``, ``ei`` and ``local`` in turn, 32 trees,
-half the features per split, leaves of 2) were chosen on the three recorded GPU spaces then in
-shared/spaces and the cpu-twin spaces in tests/data over seeds 0-19; the spread start-up was
-compared with uniform draws on seven recorded spaces over seeds 0-19 (see the README's search
-section).
+half the features per split, leaves of 2) were chosen on recorded spaces over seeds 0-19 (the
+README's search section has them, and the spread start-up's and the bandit's comparisons).
 """
 
 from __future__ import annotations
@@ -67,6 +65,7 @@ from threadpoolctl import ThreadpoolController
 
 from tilewise.search._features import forest_features, parzen_scores, unit_features
 from tilewise.search._gp import GaussianProcess, PooledPosterior
+from tilewise.search._portfolio import AcquisitionBandit
 from tilewise.search._space import SearchSpace
 
 Config = tuple[Any, ...]
@@ -111,6 +110,8 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
         gp_fit_max: int = 200,
         gp_max_entries: int = 2**24,
         spread: bool = False,
+        bandit_top: int | None = None,
+        bandit_discount: float = 0.9,
     ) -> None:
         unknown = set(acquisitions) - set(ACQUISITIONS)
         if not acquisitions or unknown:
@@ -128,6 +129,13 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
         self._gp_refit_growth = gp_refit_growth
         self._gp_fit_max, self._gp_max_entries = gp_fit_max, gp_max_entries
         self._spread = spread
+        #: Picks each step's acquisition by whether its proposals landed among the
+        #: ``bandit_top`` best; without ``bandit_top`` the acquisitions take turns.
+        self.bandit: AcquisitionBandit | None = None
+        if bandit_top is not None:
+            self.bandit = AcquisitionBandit(
+                acquisitions, self._rng, top=bandit_top, discount=bandit_discount
+            )
         self._posterior: PooledPosterior | None = None  # the GP over a listed pool
         self._posterior_configs: list[Config] = []  # ... conditioned on these, in this order
         #: Observations each hyperparameter fit saw, and how often the pool's posterior was
@@ -281,8 +289,13 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
             return (
                 self._start(full, dists, seen) if self._spread else self._uniform(full, dists, seen)
             )
-        acquisition = self._acquisitions[self._model_steps % len(self._acquisitions)]
-        self._model_steps += 1
+        if self.bandit is None:
+            acquisition = self._acquisitions[self._model_steps % len(self._acquisitions)]
+            self._model_steps += 1
+        else:
+            self.bandit.settle(observed)
+            acquisition = self.bandit.choose()
+        chosen = acquisition
         if acquisition in GP_ACQUISITIONS and not self._gp_affordable(len(observed)):
             acquisition = acquisition.removeprefix("gp-")  # the forest's turn instead
         if acquisition in GP_ACQUISITIONS:
@@ -299,7 +312,10 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
                 self._fitted_at = n
             fit = self._fit
         config = self._best_by(acquisition, fit, dists, seen, observed)
-        return config if config is not None else self._uniform(full, dists, seen)
+        config = config if config is not None else self._uniform(full, dists, seen)
+        if self.bandit is not None and config is not None:
+            self.bandit.proposed(config, chosen)
+        return config
 
     def _gp_affordable(self, n: int) -> bool:
         """Whether the GP still takes its turns with ``n`` evaluations: while its posterior over
