@@ -20,7 +20,7 @@ space).
   which needs no model; ``gp-ei``, ``gp-local`` and ``gp-mean``, the same three from the
   Gaussian process (``tilewise.search._gp``).
 * The default cycles ``gp-ei``, ``ei``, ``local`` (with ``bandit_top``, a bandit picks each
-  step's instead: ``tilewise.search._portfolio``). The GP interpolates along tile sizes from
+  step's instead: ``tilewise.search._bandit``). The GP interpolates along tile sizes from
   few evaluations (its length scales say which fields matter), which the forest's axis-aligned
   steps cannot do with ten or twenty points: it carries the first evaluations. The forest copes
   with failures, cliffs where a tile stops fitting, and interactions learnt from many points;
@@ -63,9 +63,9 @@ from optuna.study import Study
 from optuna.trial import FrozenTrial, TrialState
 from threadpoolctl import ThreadpoolController
 
+from tilewise.search._bandit import AcquisitionBandit
 from tilewise.search._features import forest_features, parzen_scores, unit_features
 from tilewise.search._gp import GaussianProcess, PooledPosterior
-from tilewise.search._portfolio import AcquisitionBandit
 from tilewise.search._space import SearchSpace
 
 Config = tuple[Any, ...]

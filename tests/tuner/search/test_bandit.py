@@ -1,4 +1,4 @@
-"""The bandit that picks the surrogate's acquisition step by step (``_portfolio``)."""
+"""The bandit that picks the surrogate's acquisition step by step (``_bandit``)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from tilewise.search import ReplaySpace, replay_search
+from tilewise.search._bandit import AcquisitionBandit, landed_in_top
 from tilewise.search._bench import search_space_of
-from tilewise.search._portfolio import AcquisitionBandit, landed_in_top
 from tilewise.search._surrogate import SurrogateSampler
 
 
