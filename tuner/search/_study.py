@@ -15,6 +15,7 @@ from typing import Any
 import optuna
 import sqlalchemy.exc
 
+from tilewise.errors import StoreError
 from tilewise.types import Workload
 
 log = logging.getLogger(__name__)
@@ -55,5 +56,6 @@ def record_outcome(
         KeyError,
         optuna.exceptions.StorageInternalError,
         sqlalchemy.exc.SQLAlchemyError,
+        StoreError,  # a study journal's file out of reach (tilewise.search._storage)
     ) as exc:
         log.warning("%s: could not add the tune's figures to the Optuna study: %s", name, exc)

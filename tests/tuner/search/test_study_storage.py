@@ -170,6 +170,38 @@ def test_a_journal_lost_mid_tune_is_a_store_error_and_keeps_the_records(tmp_path
     assert len(launches) >= 3 and set(launches) <= recorded
 
 
+def test_a_journal_failing_after_the_search_only_loses_the_study_figures(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once the winner is stored, a journal that cannot be written costs only the study's
+    description (the tune's figures): the tune itself succeeds."""
+    settings = Settings(
+        db_url=f"sqlite:///{tmp_path / 'tw.db'}",
+        cache_dir=tmp_path / "cache",
+        remeasure_top=2,
+        study_journal_dir=tmp_path / "studies",
+    )
+    tuner = _tuner(settings)
+    finish = tuner.finish
+
+    def no_space_left(self: Any, logs: Any) -> None:
+        raise OSError(28, "No space left on device")
+
+    def finish_then_fill_the_disk(default: Tiling) -> Any:
+        measured = finish(default)
+        monkeypatch.setattr(JournalFileBackend, "append_logs", no_space_left)
+        return measured
+
+    tuner.finish = finish_then_fill_the_disk  # type: ignore[method-assign]
+    try:
+        result = tuner.run(Budget(4), seed=0)
+    finally:
+        tuner.db.close()
+    assert result.best is not None
+    assert "could not add the tune's figures" in caplog.text
+    assert "No space left on device" in caplog.text
+
+
 def test_the_setting_comes_from_the_environment(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
