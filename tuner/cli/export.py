@@ -198,24 +198,18 @@ def _record_measured(db: Store, measured: list[_Measured]) -> None:
     measured again beside the others, has its records already. Written after the export's
     reading transaction, in one transaction of their own."""
     from tilewise import store
-    from tilewise.status import RecordSource, RecordStatus
+    from tilewise.status import RecordSource
 
     with db.session() as s:
         for m in measured:
             workload = store.commit_workload(s, m.workload)
             if store.find_record(s, workload_id=workload.id, tiling_key=m.tiling.key()):
                 continue
-            run = m.attempt.run if m.attempt.status == RecordStatus.OK else None
             store.add_record(
                 s,
                 workload_id=workload.id,
                 tiling=m.tiling,
-                status=m.attempt.status,
-                latency_us=run.median_us if run else None,
-                spread=run.spread if run else None,
-                samples_us=list(run.samples_us) if run else None,
-                error=None if run else m.attempt.error,
-                constraints=None if run else m.attempt.constraints or None,
+                **m.attempt.record_fields(),
                 source=RecordSource.PORTFOLIO,
                 env=m.env,
                 toolchain=m.toolchain,

@@ -10,7 +10,6 @@ evaluations, the job's budget is not spent (:class:`JobTag`).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -175,21 +174,11 @@ class Evaluator(Measurer):
             progress.evaluations += 1
             if attempt.status != RecordStatus.OK:
                 progress.failed += 1
-        run = attempt.run
-        if attempt.status != RecordStatus.OK or run is None:
-            return self.record(
-                tiling,
-                Outcome(attempt.status, None, attempt.constraints),
-                error=attempt.error,
-                **fields,
-            )
-        outcome = self.record(
-            tiling,
-            Outcome(RecordStatus.OK, run.median_us),
-            spread=run.spread,
-            samples_us=list(run.samples_us),
-            **fields,
-        )
-        if progress.best_us is None or (run.median_us or math.inf) < progress.best_us:
-            progress.best_us, progress.best = run.median_us, tiling
+        # The outcome's fields go through self.record (it tags the job); the rest as they are.
+        recorded = attempt.record_fields()
+        status, latency = recorded.pop("status"), recorded.pop("latency_us")
+        constraints = recorded.pop("constraints", None) or {}
+        outcome = self.record(tiling, Outcome(status, latency, constraints), **recorded, **fields)
+        if latency is not None and (progress.best_us is None or latency < progress.best_us):
+            progress.best_us, progress.best = latency, tiling
         return outcome

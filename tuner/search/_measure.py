@@ -15,7 +15,7 @@ Evaluator` records each :class:`Attempt`, and ``tilewise check --run`` prints on
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from tilewise.kernels.backends import Backend, BuildLimits, BuildResult, MeasureOptions, RunResult
 from tilewise.kernels.ops import Check, OpSpec
@@ -46,6 +46,25 @@ class Attempt:
     @property
     def latency_us(self) -> float | None:
         return self.run.median_us if self.run is not None and self.run.ok else None
+
+    def record_fields(self) -> dict[str, Any]:
+        """What a record of this attempt holds besides the tiling and where it came from: for
+        a run that went well its median, spread and samples; else its status, error and
+        violated constraints."""
+        run = self.run if self.status == RecordStatus.OK else None
+        if run is None:
+            return {
+                "status": self.status,
+                "latency_us": None,
+                "error": self.error,
+                "constraints": self.constraints or None,
+            }
+        return {
+            "status": RecordStatus.OK,
+            "latency_us": run.median_us,
+            "spread": run.spread,
+            "samples_us": list(run.samples_us),
+        }
 
 
 class Measurer:
