@@ -369,18 +369,21 @@ class _TunerLoop(AskTellLoop[str, Outcome]):
         return False
 
     def running_elsewhere(self, trial: optuna.Trial) -> bool:
-        """Whether another running trial of the study has the same parameters: another worker
+        """Whether an older running trial of the study has the same parameters: another worker
         is measuring this tiling now, and its record will tell.
 
-        A trial older than one evaluation can take is left behind by a worker that was killed
-        mid-trial: it is ignored, or its tiling would never be measured.
+        Only an older trial counts: two workers that ask for one tiling at once (both popped a
+        copy of the queued default, say) each see the other's trial running, and if both gave
+        way the tiling would be measured by neither. A trial started longer ago than one
+        evaluation can take is left behind by a worker that was killed mid-trial: it is ignored
+        too, or its tiling would never be measured.
         """
         s = self.tuner.settings
         stale = datetime.now() - timedelta(  # Optuna stores naive local times
             seconds=s.build_timeout_s + 2 * s.run_timeout_s + s.max_measure_s
         )
         return any(
-            other.number != trial.number
+            other.number < trial.number
             and other.params == trial.params
             and other.datetime_start is not None
             and other.datetime_start > stale

@@ -5,7 +5,9 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
+import optuna
 import pytest
+from optuna.trial import TrialState
 
 from tests.fakes import FakeBackend
 from tilewise import store
@@ -13,6 +15,8 @@ from tilewise.kernels.backends import Backend
 from tilewise.kernels.ops import OpSpec, get_op
 from tilewise.kernels.targets import TargetProfile, twin_target
 from tilewise.search import Budget, Tuner
+from tilewise.search._space import distributions
+from tilewise.search._storage import close_storage, open_storage
 from tilewise.settings import Settings
 from tilewise.types import Shape, Tiling
 
@@ -174,3 +178,38 @@ def test_the_backends_prior_tilings_are_measured_first(settings: Settings) -> No
     # The default first (a small budget must still measure it), then at most 3 priors.
     assert first == [default.key()] + [t.key() for t in priors[:3]]
     db.close()
+
+
+def test_of_two_workers_asked_one_tiling_at_once_the_older_trial_measures_it(
+    settings: Settings,
+) -> None:
+    """Two workers that pop one tiling each at the same moment (the default, queued by both)
+    each see the other's trial running: the younger yields, the older measures and is told."""
+    db = store.open_store(settings.db_url)
+    backend = counting_backend()
+    tuner = make_tuner(db, backend, settings)
+    default = tuner.spec.default_tiling(tuner.shape, "float32", tuner.target)
+    storage = open_storage(db.url, tuner.workload.study_name, None)
+    try:
+        study = optuna.create_study(
+            study_name=tuner.workload.study_name, storage=storage, load_if_exists=True
+        )
+        study.enqueue_trial(dict(default))  # trial 0: this tuner pops it
+        # Trial 1: the other worker's copy of the default, popped and running.
+        other = optuna.trial.create_trial(
+            state=TrialState.RUNNING,
+            params=dict(default),
+            distributions=distributions(tuner.tunables),
+        )
+        study.add_trial(other)
+        tuner.run(Budget(2), seed=1)
+        states = {t.number: t.state for t in study.get_trials(deepcopy=False)}
+        with db.session() as s:
+            records = store.records_for(s, workload_id=tuner.workload_id)
+    finally:
+        close_storage(storage)
+        db.close()
+    assert backend.checked[default.key()] == 1
+    (measured,) = [r for r in records if r.tiling_key == default.key() and r.source == "default"]
+    assert measured.trial_number == 0 and states[0] is TrialState.COMPLETE
+    assert states[1] is TrialState.RUNNING  # the other worker's, still in flight
