@@ -260,6 +260,7 @@ def _summary(
         "missing": counts["expected"] - counts["counted"],
         "doubled": counts["doubled"],
         "untold": counts["untold"],
+        "untold_records": counts["untold_records"],
         "over_budget_jobs": counts["over_budget_jobs"],
         "jobs_by_status": counts["jobs_by_status"],
     }

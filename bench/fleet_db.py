@@ -191,6 +191,7 @@ def count_evaluations(url: str, *, journals: Path | None = None) -> dict[str, An
                     RecordModel.tiling_key,
                     RecordModel.trial_number,
                     RecordModel.job_id,
+                    RecordModel.source,
                     WorkloadModel.op,
                     WorkloadModel.key,
                 )
@@ -220,12 +221,16 @@ def count_evaluations(url: str, *, journals: Path | None = None) -> dict[str, An
         for storage in storages:
             if isinstance(storage, optuna.storages.RDBStorage):
                 storage.engine.dispose()
-    untold = sum(
-        1
+    untold = [
+        {
+            "source": RecordSource(r.source).value,
+            "trial_number": r.trial_number,
+            "trial_state": state.name if state is not None else None,
+        }
         for r in records
-        if trials.get(f"tilewise-{r.op}-{r.key}", {}).get(r.trial_number)
+        if (state := trials.get(f"tilewise-{r.op}-{r.key}", {}).get(r.trial_number))
         is not optuna.trial.TrialState.COMPLETE
-    )
+    ]
     return {
         "jobs": len(jobs),
         "jobs_by_status": dict(Counter(JobStatus(j.status).value for j in jobs)),
@@ -235,7 +240,8 @@ def count_evaluations(url: str, *, journals: Path | None = None) -> dict[str, An
         "records": len(records),
         "untagged_records": sum(1 for r in records if r.job_id is None),
         "doubled": sum(n - 1 for n in per_tiling.values() if n > 1),
-        "untold": untold,
+        "untold": len(untold),
+        "untold_records": untold,
         "trials_complete": sum(
             1
             for states in trials.values()
