@@ -231,7 +231,7 @@ class ConvBiasLeakyRelu(OpSpec):
         tiling = Tiling({**base, "singleCoreN": sn, "colTile": COL_TILES[0]})
         col_tiles = tuple({"colTile": c} for c in sorted(COL_TILES, reverse=True))
         return cube.fit_epilogue(
-            tiling, lambda t: self.check(t, shape, dtype, target).valid, col_tiles
+            tiling, lambda t: self.valid(t, shape, dtype, target), col_tiles
         )
 
     # -- running -------------------------------------------------------------------------------

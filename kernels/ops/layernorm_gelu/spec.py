@@ -157,7 +157,7 @@ class LayerNormGelu(OpSpec):
             whole = h == h_tiles[-1]
             for r in sorted(ROWS_PER_TILE, reverse=True) if whole else (1,):
                 candidate = base.replace(hTile=h, rowsPerTile=r)
-                if r <= block_rows and self.check(candidate, shape, dtype, target).valid:
+                if r <= block_rows and self.valid(candidate, shape, dtype, target):
                     return candidate
         return base
 

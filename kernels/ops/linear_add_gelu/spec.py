@@ -111,7 +111,7 @@ class LinearAddGelu(OpSpec):
         sm, sn = cube.default_split(shape["M"], shape["N"], target.cube_cores)
         base = cube.default_base(sm, sn, shape["K"], dtype, target)
         tiling = Tiling({**base, "singleCoreM": sm, "singleCoreN": sn})
-        return cube.fit_epilogue(tiling, lambda t: self.check(t, shape, dtype, target).valid)
+        return cube.fit_epilogue(tiling, lambda t: self.valid(t, shape, dtype, target))
 
     def gm_args(self, shape: Shape, dtype: str) -> tuple[GmArg, ...]:
         m, n, k = shape["M"], shape["N"], shape["K"]

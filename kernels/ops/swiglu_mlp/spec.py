@@ -107,7 +107,7 @@ class SwigluMlp(OpSpec):
         sm, sn = cube.default_split(shape["T"], shape["I"], target.cube_cores)
         base = cube.default_base(sm, sn, shape["H"], dtype, target, objects=OBJECTS)
         tiling = Tiling({**base, "singleCoreM": sm, "singleCoreN": sn})
-        return cube.fit_epilogue(tiling, lambda t: self.check(t, shape, dtype, target).valid)
+        return cube.fit_epilogue(tiling, lambda t: self.valid(t, shape, dtype, target))
 
     def gm_args(self, shape: Shape, dtype: str) -> tuple[GmArg, ...]:
         t, h, i = shape["T"], shape["H"], shape["I"]
