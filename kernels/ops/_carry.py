@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import cache
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -50,6 +50,35 @@ def _per(a: int, b: int) -> int:
     return max(1, a // b) if b > 0 else a
 
 
+def _count(stored: int, size: int, align: int) -> int:
+    """The most blocks, at most ``stored``, that leave no block without work."""
+    b = max(1, stored)
+    while b > 1 and _round(_div(size, b), align) * (b - 1) >= size:
+        b -= 1
+    return b
+
+
+def _cap(stored: int, bound: int, domain: Domain) -> int:
+    """The largest value of ``domain`` within min(stored, bound), else its first."""
+    limit = stored if stored < bound else bound
+    best = domain[0]
+    for v in domain:
+        if v <= limit and (best > limit or v > best):
+            best = v
+    return best
+
+
+def _py_round(x: str, align: int) -> str:
+    """``_round(x, align)`` as a Python expression, for a constant ``align``."""
+    if align == 1:
+        return x
+    return f"-(-{x} // {align}) * {align}" if align > 0 else f"{x} * {align}"
+
+
+def _fits_int32(values: Domain) -> bool:
+    return all(-INT32_MAX <= v <= INT32_MAX for v in values)
+
+
 def _plain(values: Mapping[str, int]) -> dict[str, int]:
     if isinstance(values, Tiling):
         return dict(values._index)  # type: ignore[attr-defined]  # a copy of its own dict
@@ -57,13 +86,15 @@ def _plain(values: Mapping[str, int]) -> dict[str, int]:
 
 
 class _Kind:
-    """One kind of :class:`Carry`: the stored form, the value re-derived from it, and the same
-    derivation as a C expression (``tilewise_*_`` helpers of :data:`C_HELPERS`)."""
+    """One kind of :class:`Carry`: the stored form, and the value re-derived from it as Python
+    statements (setting ``v``) and as a C expression (``tilewise_*_`` helpers of
+    :data:`C_HELPERS`). ``stored``, ``size`` and ``bound`` name variables; ``domain`` names the
+    tunable's values."""
 
     def stored(self, value: int, size: int, carry: Carry) -> int:
         return value
 
-    def derive(self, stored: int, size: int, carry: Carry, bound: int, domain: Domain) -> int:
+    def py(self, stored: str, size: str, carry: Carry, bound: str, domain: Domain) -> list[str]:
         raise NotImplementedError
 
     def c(self, stored: str, size: str, carry: Carry, bound: str) -> str:
@@ -74,19 +105,17 @@ class _Split(_Kind):
     def stored(self, value: int, size: int, carry: Carry) -> int:
         return _div(size, value)
 
-    def derive(self, stored: int, size: int, carry: Carry, bound: int, domain: Domain) -> int:
-        return _round(-(-size // stored) if stored > 0 else size, carry.align)  # _div inline
+    def py(self, stored: str, size: str, carry: Carry, bound: str, domain: Domain) -> list[str]:
+        pieces = f"(-(-{size} // {stored}) if {stored} > 0 else {size})"  # _div
+        return [f"v = {_py_round(pieces, carry.align)}"]
 
     def c(self, stored: str, size: str, carry: Carry, bound: str) -> str:
         return f"tilewise_round_({size}, {stored}, {carry.align})"
 
 
 class _Count(_Kind):
-    def derive(self, stored: int, size: int, carry: Carry, bound: int, domain: Domain) -> int:
-        b = max(1, stored)
-        while b > 1 and _round(_div(size, b), carry.align) * (b - 1) >= size:
-            b -= 1
-        return b
+    def py(self, stored: str, size: str, carry: Carry, bound: str, domain: Domain) -> list[str]:
+        return [f"v = _count({stored}, {size}, {carry.align})"]
 
     def c(self, stored: str, size: str, carry: Carry, bound: str) -> str:
         return f"tilewise_count_({size}, {stored}, {carry.align})"
@@ -96,29 +125,26 @@ class _Whole(_Kind):
     def stored(self, value: int, size: int, carry: Carry) -> int:
         return 0 if value >= _round(size, carry.align) else value
 
-    def derive(self, stored: int, size: int, carry: Carry, bound: int, domain: Domain) -> int:
-        whole = _round(size, carry.align)
-        return whole if stored <= 0 else min(stored, whole)
+    def py(self, stored: str, size: str, carry: Carry, bound: str, domain: Domain) -> list[str]:
+        return [
+            f"v = {_py_round(size, carry.align)}",
+            f"if {stored} > 0 and {stored} < v: v = {stored}",
+        ]
 
     def c(self, stored: str, size: str, carry: Carry, bound: str) -> str:
         return f"tilewise_whole_({size}, {stored}, {carry.align})"
 
 
 class _Cap(_Kind):
-    def derive(self, stored: int, size: int, carry: Carry, bound: int, domain: Domain) -> int:
-        limit = stored if stored < bound else bound
-        best = domain[0]
-        for v in domain:
-            if v <= limit and (best > limit or v > best):
-                best = v
-        return best
-
-    @staticmethod
-    def derive_sorted(stored: int, size: int, carry: Carry, bound: int, domain: Domain) -> int:
-        """:meth:`derive` for a domain in ascending order: the largest value within the limit
-        (a bisection), else the first."""
-        i = bisect_right(domain, stored if stored < bound else bound)
-        return domain[i - 1] if i else domain[0]
+    def py(self, stored: str, size: str, carry: Carry, bound: str, domain: Domain) -> list[str]:
+        values = repr(domain)
+        if list(domain) != sorted(domain):
+            return [f"v = _cap({stored}, {bound}, {values})"]
+        # Ascending: the largest value within the limit by bisection, else the first.
+        return [
+            f"i = bisect_right({values}, {stored} if {stored} < {bound} else {bound})",
+            f"v = {values}[i - 1] if i else {domain[0]}",
+        ]
 
     def c(self, stored: str, size: str, carry: Carry, bound: str) -> str:
         return f"tilewise_cap_({stored}, {bound}, d, (int)(sizeof d / sizeof d[0]))"
@@ -152,21 +178,6 @@ class CarryRules:
         #: Rules in the order they apply: every rule but the caps first, then the caps in their
         #: declaration order (a cap's bound reads values carried before it).
         self.rules = rules
-        # What derive reads of each rule, unpacked once: derive runs per nearest candidate.
-        self._plan = tuple(
-            (
-                r.field,
-                _Cap.derive_sorted
-                if isinstance(r.kind, _Cap) and list(r.domain) == sorted(r.domain)
-                else r.kind.derive,
-                r.carry,
-                r.carry.extent,
-                tuple((b.field, b.extent, b.per, b.align) for b in r.carry.bounds),
-                r.domain,
-                r.carry.product,
-            )
-            for r in rules
-        )
         #: The extents (products of :meth:`OpSpec.extents` names) the rules read.
         self.extents: tuple[tuple[str, ...], ...] = tuple(
             dict.fromkeys(
@@ -178,6 +189,13 @@ class CarryRules:
         self._derived = any(n not in spec.dims for names in self.extents for n in names)
         # Each extent with its one name (read without a product), else None.
         self._one = tuple((names, names[0] if len(names) == 1 else None) for names in self.extents)
+        #: What :meth:`derive` runs: the rules as straight-line Python (the runtime derives a
+        #: tiling on every first-time answer), from the same kinds as the C header's lines.
+        self.python_source = self._python_source()
+        namespace = {"bisect_right": bisect_right, "_count": _count, "_cap": _cap, "_per": _per}
+        exec(compile(self.python_source, f"<carry rules of {spec.name}>", "exec"), namespace)
+        self._derive: Callable[[dict[str, int], Mapping[str, int]], dict[str, int] | None]
+        self._derive = namespace["derive"]  # type: ignore[assignment]
 
     def _sizes(self, shape: Mapping[str, int]) -> dict[tuple[str, ...], int]:
         if self._derived:
@@ -202,25 +220,55 @@ class CarryRules:
     def derive(self, relative: Mapping[str, int], shape: Mapping[str, int]) -> Tiling | None:
         """The tiling a relative form stands for at ``shape``; None when a value would leave
         int32 (a split of an extent beyond it)."""
-        sizes = self._sizes(shape)
-        out = _plain(relative)
-        for field, derive, carry, extent, bounds, domain, product in self._plan:
-            bound = INT32_MAX
-            for b_field, b_extent, b_per, b_align in bounds:
-                x = out[b_field] if b_field is not None else sizes[b_extent]
-                if b_per is not None:
-                    x = _div(x, out[b_per])
-                x = -(-x // b_align) * b_align if b_align > 0 else x * b_align  # _round inline
-                if x < bound:
-                    bound = x
-            stored = out[field] if product is None else _per(out[field], out[product])
-            value = derive(stored, sizes.get(extent, 0), carry, bound, domain)
-            if not -INT32_MAX <= value <= INT32_MAX:
-                return None
-            out[field] = value
+        if self._derived:
+            sizes: Mapping[str, int] = self.spec.extents(Shape(shape))
+        else:
+            sizes = shape._index if type(shape) is Shape else shape  # type: ignore[attr-defined]
+        out = self._derive(_plain(relative), sizes)
+        if out is None:
+            return None
         if type(relative) is Tiling:
             return Tiling.of_sorted(out)  # a Tiling's fields, in its (name) order
         return Tiling.of_ints(out)
+
+    def _python_source(self) -> str:
+        """``def derive(t, s)``: the rules applied in order to ``t`` (a copy of the relative
+        form, changed in place and returned) at the sizes ``s`` (the dims, or
+        :meth:`OpSpec.extents` where a rule reads a derived size); None when a value leaves
+        int32. The same arithmetic as the interpreted rules of the C header's lines."""
+        lines = ["def derive(t, s):"]
+        extent = {names: f"e{i}" for i, names in enumerate(self.extents)}
+        for names, var in extent.items():
+            lines.append(f"    {var} = " + " * ".join(f"s[{n!r}]" for n in names))
+        for rule in self.rules:
+            carry = rule.carry
+            lines.append(f"    # {rule.field}: {carry.kind}")
+            bounds = []
+            for b in carry.bounds:
+                x = f"t[{b.field!r}]" if b.field is not None else extent[b.extent]
+                if b.per is not None:
+                    lines.append(f"    p = t[{b.per!r}]")
+                    x = f"(-(-{x} // p) if p > 0 else {x})"  # _div
+                bounds.append(_py_round(x, b.align))
+            bound = str(INT32_MAX)
+            if bounds:
+                lines.append(f"    b = {bounds[0]}")
+                for other in bounds[1:]:
+                    lines += [f"    x = {other}", "    if x < b: b = x"]
+                lines.append(f"    if b > {INT32_MAX}: b = {INT32_MAX}")
+                bound = "b"
+            stored = f"t[{rule.field!r}]"
+            if carry.product is not None:
+                stored = f"_per({stored}, t[{carry.product!r}])"
+            lines.append(f"    st = {stored}")
+            size = extent[carry.extent] if carry.extent else "0"
+            lines += [f"    {line}" for line in rule.kind.py("st", size, carry, bound, rule.domain)]
+            if not (isinstance(rule.kind, _Cap) and _fits_int32(rule.domain)):
+                # A cap answers a value of its domain: no check when they all fit.
+                lines.append(f"    if not -{INT32_MAX} <= v <= {INT32_MAX}: return None")
+            lines.append(f"    t[{rule.field!r}] = v")
+        lines.append("    return t")
+        return "\n".join(lines) + "\n"
 
     def carry(self, tiling: Mapping[str, int], tuned: Shape, asked: Shape) -> Tiling | None:
         """``tiling`` of the ``tuned`` shape carried over to ``asked`` (itself when they are the
