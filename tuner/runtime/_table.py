@@ -308,6 +308,7 @@ class TilingTable:
         """
         # The fast path: any surprise in the arguments (an unhashable name, a shape that is not
         # a mapping) falls through to _resolve, which names the problem.
+        plain = False
         try:
             group = self._groups.get((op, target, dtype))
             if group is not None and len(shape) == group.ndims:
@@ -323,49 +324,53 @@ class TilingTable:
                     else:
                         seen[0] += 1  # no lock: see _count
                     return answer
+                if group.fast and type(shape) is dict:
+                    # A plain dict of plain ints within the dims' bounds, as launchers pass:
+                    # checked here in a few comparisons, the Shape built without
+                    # validate_shape's walk (the same key found, the same dims).
+                    for dim, least in group.least:
+                        v = shape[dim]
+                        if type(v) is not int or not least <= v <= MAX_DIM:
+                            break
+                    else:
+                        plain = True
         except (KeyError, TypeError):
             pass
+        if plain:
+            return self._first(group, key, Shape.of_ints(shape), shape)  # type: ignore[arg-type]
         return self._resolve(op, target, dtype, shape)
 
     def _resolve(self, op: str, target: str, dtype: str, shape: Mapping[str, int]) -> Answer:
-        try:
-            group = self._groups.get((op, target, dtype))
-        except TypeError:  # an unhashable name: get_op or get_target below says what is wrong
-            group = None
-        asked: Shape | None = None
-        values: Mapping[str, int] | None = None
-        if group is not None and group.fast and type(shape) is dict and len(shape) == group.ndims:
-            # A plain dict of plain ints within the dims' bounds, as launchers pass: checked
-            # here in a few comparisons, the Shape built without validate_shape's walk.
-            for dim, least in group.least:
-                v = shape.get(dim)
-                if type(v) is not int or not least <= v <= MAX_DIM:
-                    break
-            else:
-                asked, values = Shape.of_ints(shape), shape  # str dims, int values: checked
-        if asked is None or group is None:
-            spec = get_op(op)
-            if not isinstance(dtype, str):
-                raise InputError(f"{op}: a dtype is named by a string, got {type(dtype).__name__}")
-            spec.validate_dtype(dtype)
-            profile = get_target(target)
-            asked = spec.validate_shape(shape)
-            group = self._groups.get((op, profile.name, dtype))
-            if group is None:
-                group = Group(spec, profile, dtype, [])
-            with self._lock:
-                # Later calls with this spelling of the names take the fast path.
-                group = self._groups.setdefault((op, profile.name, dtype), group)
-                self._groups.setdefault((op, target, dtype), group)
-        values = asked if values is None else values
-        key = group.key(values)
+        spec = get_op(op)
+        if not isinstance(dtype, str):
+            raise InputError(f"{op}: a dtype is named by a string, got {type(dtype).__name__}")
+        spec.validate_dtype(dtype)
+        profile = get_target(target)
+        asked = spec.validate_shape(shape)
+        group = self._groups.get((op, profile.name, dtype))
+        if group is None:
+            group = Group(spec, profile, dtype, [])
+        with self._lock:
+            # Later calls with this spelling of the names take the fast path.
+            group = self._groups.setdefault((op, profile.name, dtype), group)
+            self._groups.setdefault((op, target, dtype), group)
+        key = group.key(asked)
         answer = group.exact.get(key)
         if answer is not None:
             return answer
         answer = group.cache.get(key)
-        if answer is None and group.portfolio is not None:
+        if answer is not None:
+            self._count(group, key, answer.source)
+            return answer
+        return self._first(group, key, asked, asked)
+
+    def _first(self, group: Group, key: Any, asked: Shape, values: Mapping[str, int]) -> Answer:
+        """The answer for a shape asked the first time (``values``: the same dims as
+        ``asked``, read faster where the caller has a plain dict), counted and kept."""
+        answer = None
+        if group.portfolio is not None:
             answer = group.portfolio.answer(group, asked)
-        elif answer is None and group.entries:
+        elif group.entries:
             if group.grid is not None:
                 answer = chosen(group, asked, values, self.max_candidates)
             else:
