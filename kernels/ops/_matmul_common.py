@@ -43,14 +43,16 @@ def c0(dtype: str) -> int:
 @lru_cache(maxsize=4096)
 def single_core(extent: int, cores: int) -> tuple[int, ...]:
     """Per-core extents of the core splits that fit ``cores``, multiples of 16."""
-    return tuple(sorted({round_up(ceil_div(extent, s), 16) for s in CORE_SPLITS if s <= cores}))
+    # round_up(ceil_div(extent, s), 16) inline, the default heuristics ask it per new shape:
+    # -extent // s is -ceil(extent / s), and -(-x // 16) * 16 rounds x up.
+    return tuple(sorted({-((-extent // s) // 16) * 16 for s in CORE_SPLITS if s <= cores}))
 
 
 @lru_cache(maxsize=4096)
 def _pieces(extent: int, cores: int) -> tuple[tuple[int, int], ...]:
     """(per-core extent, cores it takes) of each of ``single_core`` that takes at most
-    ``cores``."""
-    pieces = ((single, ceil_div(extent, single)) for single in single_core(extent, cores))
+    ``cores``: in ascending order of the extent, so the cores taken never grow."""
+    pieces = ((single, -(-extent // single)) for single in single_core(extent, cores))
     return tuple((single, used) for single, used in pieces if used <= cores)
 
 
@@ -62,10 +64,20 @@ def default_split(m: int, n: int, cores: int) -> tuple[int, int]:
     best_used = best_size = 0
     columns = _pieces(n, cores)
     for sm, used_m in _pieces(m, cores):
+        # Only the columns taking the most cores that fit beside used_m can win with sm (any
+        # other gives fewer cores in all): the first run of them, as the cores taken never
+        # grow along the columns. The rest is the plain comparison, in the same order.
+        limit = cores // used_m
+        most = 0
         for sn, used_n in columns:
-            used = used_m * used_n
-            if used > cores or used < best_used:
+            if used_n > limit:
                 continue
+            if most and used_n < most:
+                break
+            most = used_n
+            used = used_m * used_n
+            if used < best_used:
+                break
             size = sm * sn + abs(sm - sn)
             if used > best_used or size < best_size:
                 best, best_used, best_size = (sm, sn), used, size

@@ -228,7 +228,7 @@ class ConvBiasLeakyRelu(OpSpec):
         domain = cube.single_core(p, target.cube_cores)
         sn = min(v for v in domain if ceil_div(p, v) <= target.cube_cores)
         base = cube.default_base(shape["K"], sn, self._crs(shape), dtype, target)
-        tiling = Tiling({**base, "singleCoreN": sn, "colTile": COL_TILES[0]})
+        tiling = Tiling.of_ints({**base, "singleCoreN": sn, "colTile": COL_TILES[0]})
         col_tiles = tuple({"colTile": c} for c in sorted(COL_TILES, reverse=True))
         return cube.fit_epilogue(
             tiling, lambda t: self.valid(t, shape, dtype, target), col_tiles

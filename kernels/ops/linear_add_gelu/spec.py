@@ -110,7 +110,7 @@ class LinearAddGelu(OpSpec):
         # base block and shrink it until L0 fits, one A and one B block pair in L1.
         sm, sn = cube.default_split(shape["M"], shape["N"], target.cube_cores)
         base = cube.default_base(sm, sn, shape["K"], dtype, target)
-        tiling = Tiling({**base, "singleCoreM": sm, "singleCoreN": sn})
+        tiling = Tiling.of_ints({**base, "singleCoreM": sm, "singleCoreN": sn})
         return cube.fit_epilogue(tiling, lambda t: self.valid(t, shape, dtype, target))
 
     def gm_args(self, shape: Shape, dtype: str) -> tuple[GmArg, ...]:

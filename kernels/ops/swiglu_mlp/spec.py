@@ -106,7 +106,7 @@ class SwigluMlp(OpSpec):
         # the largest epiRows.
         sm, sn = cube.default_split(shape["T"], shape["I"], target.cube_cores)
         base = cube.default_base(sm, sn, shape["H"], dtype, target, objects=OBJECTS)
-        tiling = Tiling({**base, "singleCoreM": sm, "singleCoreN": sn})
+        tiling = Tiling.of_ints({**base, "singleCoreM": sm, "singleCoreN": sn})
         return cube.fit_epilogue(tiling, lambda t: self.valid(t, shape, dtype, target))
 
     def gm_args(self, shape: Shape, dtype: str) -> tuple[GmArg, ...]:
