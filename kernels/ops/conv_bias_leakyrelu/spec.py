@@ -230,9 +230,7 @@ class ConvBiasLeakyRelu(OpSpec):
         base = cube.default_base(shape["K"], sn, self._crs(shape), dtype, target)
         tiling = Tiling.of_ints({**base, "singleCoreN": sn, "colTile": COL_TILES[0]})
         col_tiles = tuple({"colTile": c} for c in sorted(COL_TILES, reverse=True))
-        return cube.fit_epilogue(
-            tiling, lambda t: self.valid(t, shape, dtype, target), col_tiles
-        )
+        return cube.fit_epilogue(tiling, lambda t: self.valid(t, shape, dtype, target), col_tiles)
 
     # -- running -------------------------------------------------------------------------------
     def gm_args(self, shape: Shape, dtype: str) -> tuple[GmArg, ...]:
