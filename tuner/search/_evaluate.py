@@ -10,6 +10,7 @@ evaluations, the job's budget is not spent (:class:`JobTag`).
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -114,6 +115,28 @@ class Evaluator(Measurer):
                 for r in store.records_for(s, workload_id=self.workload_id)
                 if r.source != RecordSource.REMEASURE
             }
+        #: Keys of the tilings the search left to another worker that was measuring them
+        #: (``_TunerLoop.running_elsewhere``): their records are that worker's to write.
+        self.elsewhere: set[str] = set()
+
+    def awaited(self, tiling: Tiling) -> Outcome | None:
+        """The outcome another worker records for ``tiling``, a tiling the search left to it
+        (:attr:`elsewhere`): waited for as long as one evaluation can take, None when no record
+        came (that worker died mid-trial, say) or the search measured ``tiling`` itself."""
+        if tiling.key() not in self.elsewhere:
+            return None
+        s = self.settings
+        deadline = time.monotonic() + s.build_timeout_s + 2 * s.run_timeout_s + s.max_measure_s
+        while True:
+            with self.db.session() as session:
+                found = store.find_record(
+                    session, workload_id=self.workload_id, tiling_key=tiling.key()
+                )
+            if found is not None:
+                return outcome_of(found)
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(min(s.poll_s, max(0.0, deadline - time.monotonic())))
 
     def record(self, tiling: Tiling, outcome: Outcome, **fields: Any) -> Outcome:
         """Append ``outcome`` of ``tiling`` to the records; the outcome with its record's id."""

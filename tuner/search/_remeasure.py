@@ -108,11 +108,12 @@ def finish(evaluator: Evaluator, default: Tiling) -> tuple[Measured | None, Meas
             break
     if not contenders:
         return None, None
-    default_seen = evaluator.seen.get(default.key())
+    default_seen = evaluator.seen.get(default.key()) or evaluator.awaited(default)
     if default_seen is None:
-        default_seen = evaluator.seen[default.key()] = evaluator.evaluate(
+        default_seen = evaluator.evaluate(
             default, source=RecordSource.DEFAULT, progress=Progress(budget=1)
         )
+    evaluator.seen[default.key()] = default_seen
     if default_seen is not None and default_seen.status == RecordStatus.OK:
         contenders.setdefault(default.key(), default)
     incumbent = Tiling(stored.tiling) if stored is not None else None

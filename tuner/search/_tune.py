@@ -382,7 +382,7 @@ class _TunerLoop(AskTellLoop[str, Outcome]):
         stale = datetime.now() - timedelta(  # Optuna stores naive local times
             seconds=s.build_timeout_s + 2 * s.run_timeout_s + s.max_measure_s
         )
-        return any(
+        elsewhere = any(
             other.number < trial.number
             and other.params == trial.params
             and other.datetime_start is not None
@@ -391,6 +391,10 @@ class _TunerLoop(AskTellLoop[str, Outcome]):
                 deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)
             )
         )
+        if elsewhere:
+            # The finish awaits its record rather than measure it again (Evaluator.awaited).
+            self.tuner.elsewhere.add(self.key(trial.params))
+        return elsewhere
 
     def _job_budget_spent(self) -> bool:
         """Whether the job's evaluations (this tuner's and its other workers') reached its

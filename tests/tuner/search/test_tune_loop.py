@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import threading
 from pathlib import Path
 
 import optuna
@@ -15,9 +16,11 @@ from tilewise.kernels.backends import Backend
 from tilewise.kernels.ops import OpSpec, get_op
 from tilewise.kernels.targets import TargetProfile, twin_target
 from tilewise.search import Budget, Tuner
+from tilewise.search._evaluate import Progress
 from tilewise.search._space import distributions
 from tilewise.search._storage import close_storage, open_storage
 from tilewise.settings import Settings
+from tilewise.status import RecordSource
 from tilewise.types import Shape, Tiling
 
 
@@ -213,3 +216,52 @@ def test_of_two_workers_asked_one_tiling_at_once_the_older_trial_measures_it(
     (measured,) = [r for r in records if r.tiling_key == default.key() and r.source == "default"]
     assert measured.trial_number == 0 and states[0] is TrialState.COMPLETE
     assert states[1] is TrialState.RUNNING  # the other worker's, still in flight
+
+
+def test_a_tiling_left_to_another_worker_is_awaited_at_the_finish_not_measured(
+    settings: Settings,
+) -> None:
+    """The search gives way to an older running trial of the default; the budget is spent
+    before that worker's record comes: the finish waits for the record instead of measuring
+    the default a second time."""
+    settings = settings.model_copy(update={"poll_s": 0.05})
+    db = store.open_store(settings.db_url)
+    backend = counting_backend()
+    tuner = make_tuner(db, backend, settings)
+    other = make_tuner(db, counting_backend(), settings)
+    default = tuner.spec.default_tiling(tuner.shape, "float32", tuner.target)
+    storage = open_storage(db.url, tuner.workload.study_name, None)
+    writer = threading.Timer(
+        1.0,
+        other.evaluate,
+        args=(default,),
+        kwargs={"source": RecordSource.DEFAULT, "progress": Progress(budget=1), "trial": 0},
+    )
+    try:
+        study = optuna.create_study(
+            study_name=tuner.workload.study_name, storage=storage, load_if_exists=True
+        )
+        # Trial 0: the other worker's copy of the default, running; trial 1: this tuner's.
+        study.add_trial(
+            optuna.trial.create_trial(
+                state=TrialState.RUNNING,
+                params=dict(default),
+                distributions=distributions(tuner.tunables),
+            )
+        )
+        study.enqueue_trial(dict(default))
+        writer.start()
+        result = tuner.run(Budget(2), seed=1)
+        writer.join()
+        states = {t.number: t.state for t in study.get_trials(deepcopy=False)}
+        with db.session() as s:
+            records = store.records_for(s, workload_id=tuner.workload_id)
+    finally:
+        writer.cancel()
+        close_storage(storage)
+        db.close()
+    assert states[1] is TrialState.FAIL  # gave way
+    assert backend.checked[default.key()] == 0
+    (measured,) = [r for r in records if r.tiling_key == default.key() and r.source == "default"]
+    assert measured.trial_number == 0
+    assert result.default is not None and result.best is not None
