@@ -138,6 +138,10 @@ class Evaluator(Measurer):
                 return None
             time.sleep(min(s.poll_s, max(0.0, deadline - time.monotonic())))
 
+    def measure_default(self, default: Tiling) -> Outcome:
+        """``default`` evaluated at the finish, the search having left it unmeasured."""
+        return self.evaluate(default, source=RecordSource.DEFAULT, progress=Progress(budget=1))
+
     def record(self, tiling: Tiling, outcome: Outcome, **fields: Any) -> Outcome:
         """Append ``outcome`` of ``tiling`` to the records; the outcome with its record's id."""
         with self.db.session() as s:

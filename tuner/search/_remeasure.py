@@ -16,7 +16,7 @@ from typing import Any
 
 from tilewise import store
 from tilewise.kernels.backends import MeasureOptions, RunResult
-from tilewise.search._evaluate import Evaluator, Outcome, Progress
+from tilewise.search._evaluate import Evaluator, Outcome
 from tilewise.status import RecordSource
 from tilewise.store import RecordStatus
 from tilewise.types import Tiling
@@ -110,9 +110,7 @@ def finish(evaluator: Evaluator, default: Tiling) -> tuple[Measured | None, Meas
         return None, None
     default_seen = evaluator.seen.get(default.key()) or evaluator.awaited(default)
     if default_seen is None:
-        default_seen = evaluator.evaluate(
-            default, source=RecordSource.DEFAULT, progress=Progress(budget=1)
-        )
+        default_seen = evaluator.measure_default(default)
     evaluator.seen[default.key()] = default_seen
     if default_seen is not None and default_seen.status == RecordStatus.OK:
         contenders.setdefault(default.key(), default)

@@ -19,7 +19,9 @@ the job's budget; only the holder re-measures and stores the winner.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -37,7 +39,7 @@ from tilewise.kernels.ops import OpSpec
 from tilewise.kernels.targets import TargetProfile
 from tilewise.search import _remeasure, _study
 from tilewise.search._evaluate import Evaluator, JobTag, Outcome, Progress
-from tilewise.search._loop import AskTellLoop
+from tilewise.search._loop import AskTellLoop, set_constraints
 from tilewise.search._remeasure import Measured
 from tilewise.search._space import SearchSpace, distributions, tiling_from_params
 from tilewise.search._storage import close_storage, open_storage
@@ -314,10 +316,85 @@ class Tuner(Evaluator):
             and all(t[name] in values for name, values in domains.items())
         ]
 
+    def measure_default(self, default: Tiling) -> Outcome:
+        """``default`` evaluated at the finish as a trial of the study, so that the study knows
+        its time and its record its trial (assistants may have spent the job's budget without
+        it). An older trial of it running elsewhere (an assistant's, in flight) measures it:
+        its record is awaited. Evaluated outside the study when the study is out of reach."""
+        name = self.workload.study_name
+        try:
+            storage = self._storage()
+        except (sqlalchemy.exc.SQLAlchemyError, StoreError) as exc:
+            log.warning("%s: the Optuna study is out of reach: %s", name, exc)
+            return super().measure_default(default)
+        try:
+            try:
+                study = optuna.load_study(study_name=name, storage=storage)
+                trial = optuna.Trial(
+                    study,
+                    storage.create_new_trial(
+                        storage.get_study_id_from_name(name),
+                        template_trial=optuna.trial.create_trial(
+                            state=optuna.trial.TrialState.RUNNING,
+                            params=dict(default),
+                            distributions=distributions(self.tunables),
+                        ),
+                    ),
+                )
+                elsewhere = running_before(study, trial, self.settings)
+                if elsewhere:
+                    study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            except KeyError:  # no study: a finish without a search, nothing to tell
+                return super().measure_default(default)
+            except (optuna.exceptions.OptunaError, sqlalchemy.exc.SQLAlchemyError) as exc:
+                log.warning("%s: the default is measured outside the study: %s", name, exc)
+                return super().measure_default(default)
+            if elsewhere:
+                self.elsewhere.add(default.key())
+                return self.awaited(default) or super().measure_default(default)
+            try:
+                outcome = self.evaluate(
+                    default,
+                    source=RecordSource.DEFAULT,
+                    progress=Progress(budget=1),
+                    trial=trial.number,
+                )
+            except BaseException:
+                with contextlib.suppress(Exception):  # the evaluation's error is the one to see
+                    study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                raise
+            set_constraints(trial, outcome.constraints)
+            study.tell(trial, outcome.value if outcome.value is not None else math.inf)
+            return outcome
+        finally:
+            close_storage(storage)
+
     def finish(self, default: Tiling) -> tuple[Measured | None, Measured | None]:
         """Re-measure the best few and the default side by side; store the winner (see
         :func:`tilewise.search._remeasure.finish`)."""
         return _remeasure.finish(self, default)
+
+
+def running_before(study: optuna.Study, trial: optuna.Trial, settings: Settings) -> bool:
+    """Whether an older running trial of ``study`` has the parameters of ``trial``: another
+    worker is measuring that tiling now.
+
+    Only an older trial counts: two workers that ask for one tiling at once (both popped a copy
+    of the queued default, say) each see the other's trial running, and if both gave way the
+    tiling would be measured by neither. A trial started longer ago than one evaluation can
+    take is left behind by a worker that was killed mid-trial: it is ignored too, or its tiling
+    would never be measured.
+    """
+    stale = datetime.now() - timedelta(  # Optuna stores naive local times
+        seconds=settings.build_timeout_s + 2 * settings.run_timeout_s + settings.max_measure_s
+    )
+    return any(
+        other.number < trial.number
+        and other.params == trial.params
+        and other.datetime_start is not None
+        and other.datetime_start > stale
+        for other in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+    )
 
 
 class _TunerLoop(AskTellLoop[str, Outcome]):
@@ -369,32 +446,12 @@ class _TunerLoop(AskTellLoop[str, Outcome]):
         return False
 
     def running_elsewhere(self, trial: optuna.Trial) -> bool:
-        """Whether an older running trial of the study has the same parameters: another worker
-        is measuring this tiling now, and its record will tell.
-
-        Only an older trial counts: two workers that ask for one tiling at once (both popped a
-        copy of the queued default, say) each see the other's trial running, and if both gave
-        way the tiling would be measured by neither. A trial started longer ago than one
-        evaluation can take is left behind by a worker that was killed mid-trial: it is ignored
-        too, or its tiling would never be measured.
-        """
-        s = self.tuner.settings
-        stale = datetime.now() - timedelta(  # Optuna stores naive local times
-            seconds=s.build_timeout_s + 2 * s.run_timeout_s + s.max_measure_s
-        )
-        elsewhere = any(
-            other.number < trial.number
-            and other.params == trial.params
-            and other.datetime_start is not None
-            and other.datetime_start > stale
-            for other in self.study.get_trials(
-                deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)
-            )
-        )
-        if elsewhere:
-            # The finish awaits its record rather than measure it again (Evaluator.awaited).
+        """Whether another worker is measuring this tiling now (:func:`running_before`): its
+        record will tell, and the finish awaits it rather than measure it again."""
+        if running_before(self.study, trial, self.tuner.settings):
             self.tuner.elsewhere.add(self.key(trial.params))
-        return elsewhere
+            return True
+        return False
 
     def _job_budget_spent(self) -> bool:
         """Whether the job's evaluations (this tuner's and its other workers') reached its

@@ -265,3 +265,87 @@ def test_a_tiling_left_to_another_worker_is_awaited_at_the_finish_not_measured(
     (measured,) = [r for r in records if r.tiling_key == default.key() and r.source == "default"]
     assert measured.trial_number == 0
     assert result.default is not None and result.best is not None
+
+
+def _searched_by_another(tuner: Tuner, other: Tuner) -> Tiling:
+    """A tiling other than the default, recorded by ``other`` (so the finish has a contender)."""
+    default = tuner.spec.default_tiling(tuner.shape, "float32", tuner.target)
+    tiling = default.replace(bufferNum=3 - default["bufferNum"])
+    other.evaluate(tiling, source=RecordSource.SEARCH, progress=Progress(budget=1))
+    return tiling
+
+
+def test_a_default_the_search_never_reached_is_measured_as_a_trial_of_the_study(
+    settings: Settings,
+) -> None:
+    """The search ends before it measures the default (its seconds spent at once, as when
+    assistants spent a job's budget): the finish measures it as a trial of the study, so the
+    study knows its time and its record its trial."""
+    db = store.open_store(settings.db_url)
+    backend = counting_backend()
+    tuner = make_tuner(db, backend, settings)
+    _searched_by_another(tuner, make_tuner(db, counting_backend(), settings))
+    default = tuner.spec.default_tiling(tuner.shape, "float32", tuner.target)
+    storage = open_storage(db.url, tuner.workload.study_name, None)
+    try:
+        result = tuner.run(Budget(4, seconds=0.0), seed=1)
+        trials = optuna.load_study(
+            study_name=tuner.workload.study_name, storage=storage
+        ).get_trials(deepcopy=False)
+        with db.session() as s:
+            records = store.records_for(s, workload_id=tuner.workload_id)
+    finally:
+        close_storage(storage)
+        db.close()
+    assert backend.checked[default.key()] == 1
+    (measured,) = [r for r in records if r.tiling_key == default.key() and r.source == "default"]
+    assert measured.trial_number is not None
+    (trial,) = [t for t in trials if t.number == measured.trial_number]
+    assert trial.state is TrialState.COMPLETE and trial.params == dict(default)
+    assert trial.value == pytest.approx(measured.latency_us)
+    assert result.default is not None
+
+
+def test_a_default_another_worker_measures_at_the_finish_is_awaited(settings: Settings) -> None:
+    """At the finish an older trial of the default is running (an assistant's, in flight):
+    the finish's own trial gives way and the assistant's record is awaited."""
+    settings = settings.model_copy(update={"poll_s": 0.05})
+    db = store.open_store(settings.db_url)
+    backend = counting_backend()
+    tuner = make_tuner(db, backend, settings)
+    other = make_tuner(db, counting_backend(), settings)
+    _searched_by_another(tuner, other)
+    default = tuner.spec.default_tiling(tuner.shape, "float32", tuner.target)
+    storage = open_storage(db.url, tuner.workload.study_name, None)
+    writer = threading.Timer(
+        1.0,
+        other.evaluate,
+        args=(default,),
+        kwargs={"source": RecordSource.DEFAULT, "progress": Progress(budget=1), "trial": 0},
+    )
+    try:
+        study = optuna.create_study(
+            study_name=tuner.workload.study_name, storage=storage, load_if_exists=True
+        )
+        study.add_trial(
+            optuna.trial.create_trial(
+                state=TrialState.RUNNING,
+                params=dict(default),
+                distributions=distributions(tuner.tunables),
+            )
+        )
+        writer.start()
+        result = tuner.run(Budget(4, seconds=0.0), seed=1)
+        writer.join()
+        states = {t.number: t.state for t in study.get_trials(deepcopy=False)}
+        with db.session() as s:
+            records = store.records_for(s, workload_id=tuner.workload_id)
+    finally:
+        writer.cancel()
+        close_storage(storage)
+        db.close()
+    assert backend.checked[default.key()] == 0
+    (measured,) = [r for r in records if r.tiling_key == default.key() and r.source == "default"]
+    assert measured.trial_number == 0
+    assert states[max(states)] is TrialState.FAIL  # the finish's own trial gave way
+    assert result.default is not None
