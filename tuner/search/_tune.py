@@ -55,6 +55,11 @@ log = logging.getLogger(__name__)
 PRIOR_TILINGS = 3
 
 
+#: Seconds an older running trial whose parameters are not all written yet is waited for
+#: (see running_before).
+PARAMS_WAIT_S = 1.0
+
+
 @dataclass(frozen=True)
 class Budget:
     evaluations: int
@@ -380,21 +385,33 @@ def running_before(study: optuna.Study, trial: optuna.Trial, settings: Settings)
     worker is measuring that tiling now.
 
     Only an older trial counts: two workers that ask for one tiling at once (both popped a copy
-    of the queued default, say) each see the other's trial running, and if both gave way the
-    tiling would be measured by neither. A trial started longer ago than one evaluation can
-    take is left behind by a worker that was killed mid-trial: it is ignored too, or its tiling
-    would never be measured.
+    of the queued default, or two samplers that saw the same finished trials) each see the
+    other's trial running, and if both gave way the tiling would be measured by neither. An
+    older trial is created before this one, but its parameters are written one by one after
+    that: one still short of some (its worker descheduled between the writes) is waited for,
+    up to :data:`PARAMS_WAIT_S`, or both would measure. A trial started longer ago than one
+    evaluation can take is left behind by a worker that was killed mid-trial: it is ignored
+    too, or its tiling would never be measured.
     """
     stale = datetime.now() - timedelta(  # Optuna stores naive local times
         seconds=settings.build_timeout_s + 2 * settings.run_timeout_s + settings.max_measure_s
     )
-    return any(
-        other.number < trial.number
-        and other.params == trial.params
-        and other.datetime_start is not None
-        and other.datetime_start > stale
-        for other in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
-    )
+    deadline = time.monotonic() + PARAMS_WAIT_S
+    while True:
+        older = [
+            other
+            for other in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+            if other.number < trial.number
+            and other.datetime_start is not None
+            and other.datetime_start > stale
+            # Every parameter written so far is this trial's: the same tiling, or not known yet.
+            and all(trial.params.get(name) == value for name, value in other.params.items())
+        ]
+        if any(len(other.params) == len(trial.params) for other in older):
+            return True
+        if not older or time.monotonic() >= deadline:
+            return False
+        time.sleep(0.01)
 
 
 class _TunerLoop(AskTellLoop[str, Outcome]):

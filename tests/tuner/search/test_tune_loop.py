@@ -19,6 +19,7 @@ from tilewise.search import Budget, Tuner
 from tilewise.search._evaluate import Progress
 from tilewise.search._space import distributions
 from tilewise.search._storage import close_storage, open_storage
+from tilewise.search._tune import running_before
 from tilewise.settings import Settings
 from tilewise.status import RecordSource
 from tilewise.types import Shape, Tiling
@@ -349,3 +350,46 @@ def test_a_default_another_worker_measures_at_the_finish_is_awaited(settings: Se
     assert measured.trial_number == 0
     assert states[max(states)] is TrialState.FAIL  # the finish's own trial gave way
     assert result.default is not None
+
+
+def test_an_older_trial_still_writing_its_parameters_is_waited_for(settings: Settings) -> None:
+    """Another worker's older trial exists but its parameters are written one by one after
+    it: the check waits for them (the same tiling: give way) instead of missing it."""
+    db = store.open_store(settings.db_url)
+    tuner = make_tuner(db, counting_backend(), settings)
+    default = tuner.spec.default_tiling(tuner.shape, "float32", tuner.target)
+    storage = open_storage(db.url, tuner.workload.study_name, None)
+    try:
+        study = optuna.create_study(study_name=tuner.workload.study_name, storage=storage)
+        study_id = storage.get_study_id_from_name(tuner.workload.study_name)
+        older = storage.create_new_trial(study_id)  # running, no parameters yet
+        mine = optuna.Trial(
+            study,
+            storage.create_new_trial(
+                study_id,
+                template_trial=optuna.trial.create_trial(
+                    state=TrialState.RUNNING,
+                    params=dict(default),
+                    distributions=distributions(tuner.tunables),
+                ),
+            ),
+        )
+
+        def write(tiling: Tiling) -> None:
+            for name, dist in distributions(tuner.tunables).items():
+                storage.set_trial_param(older, name, dist.to_internal_repr(tiling[name]), dist)
+
+        writer = threading.Timer(0.2, write, args=(default,))
+        writer.start()
+        assert running_before(study, mine, settings)
+        writer.join()
+        # Another tiling's trial, its parameters all written: no reason to wait or give way.
+        storage.set_trial_state_values(older, TrialState.FAIL)
+        other = storage.create_new_trial(study_id)
+        write_other = default.replace(bufferNum=3 - default["bufferNum"])
+        for name, dist in distributions(tuner.tunables).items():
+            storage.set_trial_param(other, name, dist.to_internal_repr(write_other[name]), dist)
+        assert not running_before(study, mine, settings)
+    finally:
+        close_storage(storage)
+        db.close()
