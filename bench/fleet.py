@@ -301,7 +301,9 @@ def main() -> None:
         help="workers connect through this server instead (a PgBouncer in transaction mode in"
         " front of --db's server; the run's database name is put in); prepared statements off",
     )
-    parser.add_argument("--mode", default="queue,assist", help="queue, assist or both")
+    parser.add_argument(
+        "--mode", default="queue,assist", help="queue, assist, or both: queue,assist"
+    )
     parser.add_argument("--latency", type=float, default=0.5, help="seconds per evaluation")
     parser.add_argument(
         "--remeasure-latency", type=float, default=0.05, help="seconds per re-measure launch"
@@ -334,7 +336,7 @@ def main() -> None:
         parser.error(f"--workers: comma-separated counts, not {args.workers!r}")
     modes = [m.strip() for m in args.mode.split(",")]
     if any(m not in ("queue", "assist") for m in modes) or any(n < 1 for n in sizes):
-        parser.error("--mode is queue, assist or both; --workers are counts >= 1")
+        parser.error("--mode is queue, assist or queue,assist; --workers are counts >= 1")
     started = datetime.datetime.now(datetime.UTC)
     runs = []
     for mode in modes:
