@@ -8,9 +8,12 @@ resolves an op's rules for one dtype and target and turns a tiling into its *rel
 form back into a tiling for any shape (:meth:`CarryRules.derive`). At the tuned shape the round
 trip gives the tuned tiling back, value for value, for every tiling of the tuned shape's domains.
 
-The C header applies the same rules in the same integer arithmetic (:meth:`CarryRules.c_lines`
-writes them as C statements over the helpers in :data:`C_HELPERS`), so Python and C re-derive
-the same tiling from the same relative form. Every derived value is an integer of int32 range
+Each kind of rule writes its derivation twice, as Python statements and as a C expression:
+:meth:`CarryRules.derive` runs the Python ones, compiled once per op, dtype and target into one
+straight-line function (:attr:`CarryRules.python_source`); the C header applies the same rules
+in the same integer arithmetic (:meth:`CarryRules.c_lines` writes them as C statements over the
+helpers in :data:`C_HELPERS`), so Python and C re-derive the same tiling from the same relative
+form. Every derived value is an integer of int32 range
 or the derivation fails (None; the C function returns 0): tiling fields are int32 in C.
 """
 
