@@ -238,7 +238,7 @@ class CarryRules:
         """``def derive(t, s)``: the rules applied in order to ``t`` (a copy of the relative
         form, changed in place and returned) at the sizes ``s`` (the dims, or
         :meth:`OpSpec.extents` where a rule reads a derived size); None when a value leaves
-        int32. The same arithmetic as the interpreted rules of the C header's lines."""
+        int32. The same arithmetic as the C header's lines (:meth:`c_lines`)."""
         lines = ["def derive(t, s):"]
         extent = {names: f"e{i}" for i, names in enumerate(self.extents)}
         for names, var in extent.items():

@@ -25,7 +25,6 @@ import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
 from typing import Any
 
 import optuna
@@ -41,6 +40,7 @@ from tilewise.search import _remeasure, _study
 from tilewise.search._evaluate import Evaluator, JobTag, Outcome, Progress
 from tilewise.search._loop import AskTellLoop, set_constraints
 from tilewise.search._remeasure import Measured
+from tilewise.search._running import running_before
 from tilewise.search._space import SearchSpace, distributions, tiling_from_params
 from tilewise.search._storage import close_storage, open_storage
 from tilewise.search._strategies import make_sampler
@@ -55,9 +55,8 @@ log = logging.getLogger(__name__)
 PRIOR_TILINGS = 3
 
 
-#: Seconds an older running trial whose parameters are not all written yet is waited for
-#: (see running_before).
-PARAMS_WAIT_S = 1.0
+#: What a study that cannot be read or written raises (its storage's errors).
+_STUDY_ERRORS = (optuna.exceptions.OptunaError, sqlalchemy.exc.SQLAlchemyError)
 
 
 @dataclass(frozen=True)
@@ -326,33 +325,23 @@ class Tuner(Evaluator):
         its time and its record its trial (assistants may have spent the job's budget without
         it). An older trial of it running elsewhere (an assistant's, in flight) measures it:
         its record is awaited. Evaluated outside the study when the study is out of reach."""
-        name = self.workload.study_name
         try:
             storage = self._storage()
         except (sqlalchemy.exc.SQLAlchemyError, StoreError) as exc:
-            log.warning("%s: the Optuna study is out of reach: %s", name, exc)
+            log.warning("%s: the Optuna study is out of reach: %s", self.workload.study_name, exc)
             return super().measure_default(default)
         try:
-            try:
-                study = optuna.load_study(study_name=name, storage=storage)
-                trial = optuna.Trial(
-                    study,
-                    storage.create_new_trial(
-                        storage.get_study_id_from_name(name),
-                        template_trial=optuna.trial.create_trial(
-                            state=optuna.trial.TrialState.RUNNING,
-                            params=dict(default),
-                            distributions=distributions(self.tunables),
-                        ),
-                    ),
-                )
-                elsewhere = running_before(study, trial, self.settings)
-                if elsewhere:
-                    study.tell(trial, state=optuna.trial.TrialState.FAIL)
-            except KeyError:  # no study: a finish without a search, nothing to tell
+            trial = self._running_trial(storage, default)
+            if trial is None:
                 return super().measure_default(default)
-            except (optuna.exceptions.OptunaError, sqlalchemy.exc.SQLAlchemyError) as exc:
-                log.warning("%s: the default is measured outside the study: %s", name, exc)
+            try:
+                elsewhere = running_before(trial.study, trial, self.settings)
+                if elsewhere:
+                    trial.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            except _STUDY_ERRORS as exc:
+                log.warning(
+                    "%s: the default is measured outside the study: %s", trial.study.study_name, exc
+                )
                 return super().measure_default(default)
             if elsewhere:
                 self.elsewhere.add(default.key())
@@ -366,52 +355,39 @@ class Tuner(Evaluator):
                 )
             except BaseException:
                 with contextlib.suppress(Exception):  # the evaluation's error is the one to see
-                    study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                    trial.study.tell(trial, state=optuna.trial.TrialState.FAIL)
                 raise
             set_constraints(trial, outcome.constraints)
-            study.tell(trial, outcome.value if outcome.value is not None else math.inf)
+            trial.study.tell(trial, outcome.value if outcome.value is not None else math.inf)
             return outcome
         finally:
             close_storage(storage)
+
+    def _running_trial(
+        self, storage: optuna.storages.BaseStorage, tiling: Tiling
+    ) -> optuna.Trial | None:
+        """A new running trial of ``tiling`` in the workload's study; None without a study (a
+        finish without a search) or when the study cannot be written."""
+        name = self.workload.study_name
+        try:
+            study = optuna.load_study(study_name=name, storage=storage)
+            template = optuna.trial.create_trial(
+                state=optuna.trial.TrialState.RUNNING,
+                params=dict(tiling),
+                distributions=distributions(self.tunables),
+            )
+            study_id = storage.get_study_id_from_name(name)
+            return optuna.Trial(study, storage.create_new_trial(study_id, template_trial=template))
+        except KeyError:  # no such study
+            return None
+        except _STUDY_ERRORS as exc:
+            log.warning("%s: the default is measured outside the study: %s", name, exc)
+            return None
 
     def finish(self, default: Tiling) -> tuple[Measured | None, Measured | None]:
         """Re-measure the best few and the default side by side; store the winner (see
         :func:`tilewise.search._remeasure.finish`)."""
         return _remeasure.finish(self, default)
-
-
-def running_before(study: optuna.Study, trial: optuna.Trial, settings: Settings) -> bool:
-    """Whether an older running trial of ``study`` has the parameters of ``trial``: another
-    worker is measuring that tiling now.
-
-    Only an older trial counts: two workers that ask for one tiling at once (both popped a copy
-    of the queued default, or two samplers that saw the same finished trials) each see the
-    other's trial running, and if both gave way the tiling would be measured by neither. An
-    older trial is created before this one, but its parameters are written one by one after
-    that: one still short of some (its worker descheduled between the writes) is waited for,
-    up to :data:`PARAMS_WAIT_S`, or both would measure. A trial started longer ago than one
-    evaluation can take is left behind by a worker that was killed mid-trial: it is ignored
-    too, or its tiling would never be measured.
-    """
-    stale = datetime.now() - timedelta(  # Optuna stores naive local times
-        seconds=settings.build_timeout_s + 2 * settings.run_timeout_s + settings.max_measure_s
-    )
-    deadline = time.monotonic() + PARAMS_WAIT_S
-    while True:
-        older = [
-            other
-            for other in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
-            if other.number < trial.number
-            and other.datetime_start is not None
-            and other.datetime_start > stale
-            # Every parameter written so far is this trial's: the same tiling, or not known yet.
-            and all(trial.params.get(name) == value for name, value in other.params.items())
-        ]
-        if any(len(other.params) == len(trial.params) for other in older):
-            return True
-        if not older or time.monotonic() >= deadline:
-            return False
-        time.sleep(0.01)
 
 
 class _TunerLoop(AskTellLoop[str, Outcome]):

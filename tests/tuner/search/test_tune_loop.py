@@ -17,9 +17,9 @@ from tilewise.kernels.ops import OpSpec, get_op
 from tilewise.kernels.targets import TargetProfile, twin_target
 from tilewise.search import Budget, Tuner
 from tilewise.search._evaluate import Progress
+from tilewise.search._running import running_before
 from tilewise.search._space import distributions
 from tilewise.search._storage import close_storage, open_storage
-from tilewise.search._tune import running_before
 from tilewise.settings import Settings
 from tilewise.status import RecordSource
 from tilewise.types import Shape, Tiling
@@ -55,6 +55,35 @@ def make_tuner(db: store.Store, backend: Backend, settings: Settings, n: int = 1
 @pytest.fixture
 def settings(tmp_path: Path, db_url: str) -> Settings:
     return Settings(db_url=db_url, cache_dir=tmp_path / "cache", remeasure_top=2)
+
+
+def _running_copy(study: optuna.Study, tuner: Tuner, tiling: Tiling) -> None:
+    """Another worker's trial of ``tiling``, running, added to ``study``."""
+    study.add_trial(
+        optuna.trial.create_trial(
+            state=TrialState.RUNNING,
+            params=dict(tiling),
+            distributions=distributions(tuner.tunables),
+        )
+    )
+
+
+def _recorded_later(other: Tuner, tiling: Tiling, *, trial: int) -> threading.Timer:
+    """A timer (to start) after which ``other`` records ``tiling`` as the study's ``trial``."""
+    return threading.Timer(
+        1.0,
+        other.evaluate,
+        args=(tiling,),
+        kwargs={"source": RecordSource.DEFAULT, "progress": Progress(budget=1), "trial": trial},
+    )
+
+
+def _write_params(
+    storage: optuna.storages.BaseStorage, trial_id: int, tuner: Tuner, tiling: Tiling
+) -> None:
+    """``tiling``'s parameters written to the trial ``trial_id``, one by one."""
+    for name, dist in distributions(tuner.tunables).items():
+        storage.set_trial_param(trial_id, name, dist.to_internal_repr(tiling[name]), dist)
 
 
 def test_default_first_no_tiling_twice_infeasible_never_built(settings: Settings) -> None:
@@ -200,12 +229,7 @@ def test_of_two_workers_asked_one_tiling_at_once_the_older_trial_measures_it(
         )
         study.enqueue_trial(dict(default))  # trial 0: this tuner pops it
         # Trial 1: the other worker's copy of the default, popped and running.
-        other = optuna.trial.create_trial(
-            state=TrialState.RUNNING,
-            params=dict(default),
-            distributions=distributions(tuner.tunables),
-        )
-        study.add_trial(other)
+        _running_copy(study, tuner, default)
         tuner.run(Budget(2), seed=1)
         states = {t.number: t.state for t in study.get_trials(deepcopy=False)}
         with db.session() as s:
@@ -232,24 +256,13 @@ def test_a_tiling_left_to_another_worker_is_awaited_at_the_finish_not_measured(
     other = make_tuner(db, counting_backend(), settings)
     default = tuner.spec.default_tiling(tuner.shape, "float32", tuner.target)
     storage = open_storage(db.url, tuner.workload.study_name, None)
-    writer = threading.Timer(
-        1.0,
-        other.evaluate,
-        args=(default,),
-        kwargs={"source": RecordSource.DEFAULT, "progress": Progress(budget=1), "trial": 0},
-    )
+    writer = _recorded_later(other, default, trial=0)
     try:
         study = optuna.create_study(
             study_name=tuner.workload.study_name, storage=storage, load_if_exists=True
         )
         # Trial 0: the other worker's copy of the default, running; trial 1: this tuner's.
-        study.add_trial(
-            optuna.trial.create_trial(
-                state=TrialState.RUNNING,
-                params=dict(default),
-                distributions=distributions(tuner.tunables),
-            )
-        )
+        _running_copy(study, tuner, default)
         study.enqueue_trial(dict(default))
         writer.start()
         result = tuner.run(Budget(2), seed=1)
@@ -318,23 +331,12 @@ def test_a_default_another_worker_measures_at_the_finish_is_awaited(settings: Se
     _searched_by_another(tuner, other)
     default = tuner.spec.default_tiling(tuner.shape, "float32", tuner.target)
     storage = open_storage(db.url, tuner.workload.study_name, None)
-    writer = threading.Timer(
-        1.0,
-        other.evaluate,
-        args=(default,),
-        kwargs={"source": RecordSource.DEFAULT, "progress": Progress(budget=1), "trial": 0},
-    )
+    writer = _recorded_later(other, default, trial=0)
     try:
         study = optuna.create_study(
             study_name=tuner.workload.study_name, storage=storage, load_if_exists=True
         )
-        study.add_trial(
-            optuna.trial.create_trial(
-                state=TrialState.RUNNING,
-                params=dict(default),
-                distributions=distributions(tuner.tunables),
-            )
-        )
+        _running_copy(study, tuner, default)
         writer.start()
         result = tuner.run(Budget(4, seconds=0.0), seed=1)
         writer.join()
@@ -375,20 +377,14 @@ def test_an_older_trial_still_writing_its_parameters_is_waited_for(settings: Set
             ),
         )
 
-        def write(tiling: Tiling) -> None:
-            for name, dist in distributions(tuner.tunables).items():
-                storage.set_trial_param(older, name, dist.to_internal_repr(tiling[name]), dist)
-
-        writer = threading.Timer(0.2, write, args=(default,))
+        writer = threading.Timer(0.2, _write_params, args=(storage, older, tuner, default))
         writer.start()
         assert running_before(study, mine, settings)
         writer.join()
         # Another tiling's trial, its parameters all written: no reason to wait or give way.
         storage.set_trial_state_values(older, TrialState.FAIL)
         other = storage.create_new_trial(study_id)
-        write_other = default.replace(bufferNum=3 - default["bufferNum"])
-        for name, dist in distributions(tuner.tunables).items():
-            storage.set_trial_param(other, name, dist.to_internal_repr(write_other[name]), dist)
+        _write_params(storage, other, tuner, default.replace(bufferNum=3 - default["bufferNum"]))
         assert not running_before(study, mine, settings)
     finally:
         close_storage(storage)
