@@ -74,11 +74,11 @@ DATA: dict[str, list[dict[str, Any]]] = {
              tiling_key='{"blockDim":8,"bufferNum":1,"tileLength":4096}', status="crashed",
              latency_us=None, spread=None, samples_us=None, error="runner died (signal SIGSEGV)",
              constraints={"crashed": 1.0}, source="search", trial_number=1, env={"host": "h"},
-             created_at=T0, job_id=1),
+             created_at=T0, job_id=1, toolchain="0123456789ab"),
         dict(id=3, workload_id=2, tiling={"baseM": 16}, tiling_key='{"baseM":16}',
              status="infeasible", latency_us=None, spread=None, samples_us=None,
              error="UB overflow", constraints={"ub": 0.5}, source="search", trial_number=None,
-             env={}, created_at=T0, job_id=None),
+             env={}, created_at=T0, job_id=None, toolchain="0123456789ab"),
     ],
     "tw_tilings": [
         dict(workload_id=1, record_id=1, tiling={"tileLength": 2048, "blockDim": 8,
@@ -208,6 +208,10 @@ def test_old_database_is_refused_then_upgrades_with_its_data(
     if "job_id" not in next(iter(before["tw_records"].values())):
         # Records older than tw_records.job_id belong to no job.
         assert all(r["job_id"] is None for r in after["tw_records"].values())
+    # A job's spent evaluations, counted on its row from 0007 on: its evaluation records (the
+    # ok one and the crashed one) where records name their job.
+    tagged = "job_id" in next(iter(before["tw_records"].values()))
+    assert after["tw_jobs"][(1,)]["spent_evals"] == (2 if tagged else 0)
     if "toolchain" not in next(iter(before["tw_records"].values())):
         # Older than toolchains: measured with one not recorded, stale; the winner's history
         # starts with it.

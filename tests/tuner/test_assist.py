@@ -95,7 +95,9 @@ def tilings(count: int) -> list[Tiling]:
         Tiling({"tileLength": tile, "blockDim": block, "bufferNum": 2})
         for tile in (1024, 2048, 4096)
         for block in (4, 8, 16)
-    ][:count]
+    ][:count] + [
+        Tiling({"tileLength": tile, "blockDim": 4, "bufferNum": 1}) for tile in (1024, 2048, 4096)
+    ][: max(0, count - 9)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -133,30 +135,74 @@ def test_assist_job_registers_at_most_max_assistants_on_the_job_with_most_left(
         assert not store.renew_assist(s, job_id=big.id, worker_id="c")
 
 
-def test_tagging_rule(settings: Settings, db: store.Store) -> None:
-    job = queue_job(db, budget=2)
+def tagged(
+    db: store.Store, job: store.JobRow, worker_id: str, tiling: Tiling, counts: bool
+) -> bool:
+    """Add a record of ``tiling`` for ``job`` as ``worker_id`` would (an evaluation, or a
+    tiling rejected before its build), tag it, and check what the database kept."""
     with db.session() as s:
-        assert not store.may_tag_record(s, job_id=job.id, worker_id="h")  # queued
+        row = store.add_record(
+            s,
+            workload_id=job.workload_id,
+            tiling=tiling,
+            status="ok" if counts else "infeasible",
+            latency_us=1.0 if counts else None,
+            source="search",
+            env={},
+            toolchain=host_toolchain(),
+            job_id=job.id,
+        )
+        kept = store.tag_record(
+            s, record_id=row.id, job_id=job.id, worker_id=worker_id, counts=counts
+        )
+    with db.session() as s:
+        stored = store.records_for(s, workload_id=job.workload_id)[-1]
+    assert stored.id == row.id and stored.job_id == (job.id if kept else None)
+    return kept
+
+
+def test_tagging_rule(db: store.Store) -> None:
+    job = queue_job(db, budget=2)
+    each = iter(tilings(12))
+
+    def tag(worker_id: str, counts: bool = True) -> bool:
+        return tagged(db, job, worker_id, next(each), counts)
+
+    assert not tag("h")  # queued
+    with db.session() as s:
         assert store.claim_job(s, worker_id="h", lease_seconds=30) is not None
         assert store.assist_job(s, worker_id="a", max_assistants=1, lease_seconds=30)
+    assert tag("h")
+    assert not tag("x") and not tag("x", counts=False)  # neither holder nor assistant
+    assert tag("a", counts=False)  # not an evaluation: counts nothing
+    assert spent(db, job.id) == 1
+    assert tag("a")
+    # The budget is reached: evaluations are not tagged any more, rejected tilings still are.
+    assert not tag("h") and not tag("a")
+    assert tag("h", counts=False) and tag("a", counts=False)
     with db.session() as s:
-        assert store.may_tag_record(s, job_id=job.id, worker_id="h")
-        assert store.may_tag_record(s, job_id=job.id, worker_id="a")
-        assert not store.may_tag_record(s, job_id=job.id, worker_id="x")
-        assert not store.may_tag_record(s, job_id=job.id, worker_id="x", counts=False)
+        assert store.job_evaluations(s, job_id=job.id) == store.job_spent(s, job_id=job.id) == 2
+        # Nobody joins a job whose budget is spent.
+        assert store.assist_job(s, worker_id="c", max_assistants=9, lease_seconds=30) is None
+        # An assistant that stopped assisting tags nothing.
+        store.end_assist(s, job_id=job.id, worker_id="a")
+    assert not tag("a", counts=False)
+    with db.session() as s:
+        store.cancel_job(s, job_id=job.id)
+    assert not tag("h", counts=False)  # the job no longer running: nobody tags
 
+
+def test_tuners_tag_by_the_rule(settings: Settings, db: store.Store) -> None:
+    job = queue_job(db, budget=2)
+    with db.session() as s:
+        assert store.claim_job(s, worker_id="h", lease_seconds=30) is not None
+        assert store.assist_job(s, worker_id="a", max_assistants=1, lease_seconds=30)
     holder = make_tuner(db, settings, FakeBackend(), JobTag(job.id, "h", budget_evals=2))
     helper = make_tuner(db, settings, FakeBackend(), JobTag(job.id, "a", budget_evals=2))
     a, b, c, d = tilings(4)
     holder.evaluate(a, source="search", progress=Progress(budget=2))
     helper.evaluate(b, source="search", progress=Progress(budget=2))
     assert spent(db, job.id) == 2
-    with db.session() as s:
-        # The budget is reached: evaluations are not tagged any more, re-measures still are.
-        assert not store.may_tag_record(s, job_id=job.id, worker_id="h")
-        assert not store.may_tag_record(s, job_id=job.id, worker_id="a")
-        assert store.may_tag_record(s, job_id=job.id, worker_id="h", counts=False)
-        assert store.may_tag_record(s, job_id=job.id, worker_id="a", counts=False)
     late = helper.evaluate(c, source="search", progress=Progress(budget=2))
     assert late.status == "ok"
     with db.session() as s:
@@ -164,14 +210,8 @@ def test_tagging_rule(settings: Settings, db: store.Store) -> None:
     assert records[a.key()].job_id == records[b.key()].job_id == job.id
     assert records[c.key()].job_id is None  # budget reached -> untagged, still in the study
     assert spent(db, job.id) == 2
-    # An assistant that stopped assisting tags nothing.
-    with db.session() as s:
-        store.end_assist(s, job_id=job.id, worker_id="a")
-        assert not store.may_tag_record(s, job_id=job.id, worker_id="a", counts=False)
-    # The job no longer running: nobody tags.
     with db.session() as s:
         store.cancel_job(s, job_id=job.id)
-        assert not store.may_tag_record(s, job_id=job.id, worker_id="h", counts=False)
     holder.evaluate(d, source="search", progress=Progress(budget=2))
     with db.session() as s:
         record = store.find_record(s, workload_id=job.workload_id, tiling_key=d.key())
@@ -273,7 +313,7 @@ def test_a_holder_and_an_assistant_spend_the_budget_exactly(
     assert done.status is JobStatus.SUCCEEDED, done.error
     assert done.worker_id == "holder"
     with db.session() as s:
-        assert store.job_evaluations(s, job_id=job.id) == 8
+        assert store.job_evaluations(s, job_id=job.id) == store.job_spent(s, job_id=job.id) == 8
         records = store.records_for(s, workload_id=job.workload_id)
         tables = store.best_tilings(s, op=OP)
     assert done.evaluations == 8
@@ -292,35 +332,3 @@ def test_a_holder_and_an_assistant_spend_the_budget_exactly(
     measured = [r.tiling_key for r in records if r.source != store.SOURCE_REMEASURE]
     assert len(measured) == len(set(measured)), Counter(measured).most_common(3)
     assert [w.id for w, _ in tables] == [job.workload_id]
-
-
-def test_jobs_evaluations_counts_several_jobs_in_one_query(db: store.Store) -> None:
-    from tilewise.store._assists import jobs_evaluations
-
-    first, second, third = (queue_job(db, n=n) for n in (1024, 2048, 4096))
-    a, b, c, d = tilings(4)
-    with db.session() as s:
-        for tiling, status, source, job in [
-            (a, "ok", "search", first),
-            (b, "crashed", "search", first),  # failed: still an evaluation
-            (c, "infeasible", "search", first),  # rejected before: not one
-            (a, "ok", store.SOURCE_REMEASURE, first),  # a re-measure: not one
-            (d, "ok", "search", second),
-        ]:
-            store.add_record(
-                s,
-                workload_id=job.workload_id,
-                tiling=tiling,
-                status=status,
-                latency_us=1.0 if status == "ok" else None,
-                source=source,
-                env={},
-                toolchain=host_toolchain(),
-                job_id=job.id,
-            )
-    with db.session() as s:
-        ids = [first.id, second.id, third.id]
-        counted = jobs_evaluations(s, job_ids=ids)
-        assert counted == {first.id: 2, second.id: 1, third.id: 0}
-        assert counted == {j: store.job_evaluations(s, job_id=j) for j in ids}
-        assert jobs_evaluations(s, job_ids=[]) == {}

@@ -30,8 +30,8 @@ from tilewise.types import Shape, Tiling, Workload
 class JobTag:
     """The job a worker's tuner works for: its records carry ``job_id`` while ``worker_id``
     holds or assists the running job and, for evaluations, the job's budget is not spent
-    (:func:`tilewise.store.may_tag_record`), so the job's evaluations are counted exactly from
-    the records.
+    (:func:`tilewise.store.tag_record`), so the job's evaluations are counted exactly from the
+    records.
 
     With ``budget_evals`` the search also ends as soon as the job has spent that many
     evaluations, whoever spent them (its holder or its assistants).
@@ -144,21 +144,11 @@ class Evaluator(Measurer):
 
     def record(self, tiling: Tiling, outcome: Outcome, **fields: Any) -> Outcome:
         """Append ``outcome`` of ``tiling`` to the records; the outcome with its record's id."""
+        counts = (
+            outcome.status != RecordStatus.INFEASIBLE
+            and fields.get("source") != store.SOURCE_REMEASURE
+        )
         with self.db.session() as s:
-            # A job that is not held any more (reclaimed, cancelled) keeps no record of this
-            # worker's: the record still serves the study, it is not one of the job's
-            # evaluations.
-            # Neither is a record of an assistant that stopped assisting, nor an evaluation
-            # beyond the job's budget (another worker of the job spent it meanwhile).
-            counts = (
-                outcome.status != RecordStatus.INFEASIBLE
-                and fields.get("source") != store.SOURCE_REMEASURE
-            )
-            job_id = None
-            if self.job is not None and store.may_tag_record(
-                s, job_id=self.job.job_id, worker_id=self.job.worker_id, counts=counts
-            ):
-                job_id = self.job.job_id
             row = store.add_record(
                 s,
                 workload_id=self.workload_id,
@@ -168,9 +158,22 @@ class Evaluator(Measurer):
                 constraints=outcome.constraints or None,
                 env=self.env,
                 toolchain=self.toolchain,
-                job_id=job_id,
+                job_id=None if self.job is None else self.job.job_id,
                 **fields,
             )
+            # Last in the transaction: it may lock the job's row until the commit. A job that
+            # is not held any more (reclaimed, cancelled) keeps no record of this worker's: the
+            # record still serves the study, it is not one of the job's evaluations. Neither is
+            # a record of an assistant that stopped assisting, nor an evaluation beyond the
+            # job's budget (another worker of the job spent it meanwhile).
+            if self.job is not None:
+                store.tag_record(
+                    s,
+                    record_id=row.id,
+                    job_id=self.job.job_id,
+                    worker_id=self.job.worker_id,
+                    counts=counts,
+                )
         return Outcome(outcome.status, outcome.latency_us, outcome.constraints, row.id)
 
     def evaluate(

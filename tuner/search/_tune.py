@@ -453,7 +453,7 @@ class _TunerLoop(AskTellLoop[str, Outcome]):
         if job is None or job.budget_evals is None:
             return False
         with self.tuner.db.session() as s:
-            spent = store.job_evaluations(s, job_id=job.job_id)
+            spent = store.job_spent(s, job_id=job.job_id)
         return spent >= job.budget_evals
 
     def evaluate(self, trial: optuna.Trial) -> Outcome:

@@ -2,8 +2,8 @@
 
 A job's evaluations are its records (``job_id``) that cost a build and a launch. Besides the
 worker that holds the job, assistants (other workers, without a lease) may tune its study; the
-holder and its assistants tag their records with the job one at a time, so that a job never
-spends more than its budget.
+holder and its assistants take the job's evaluations one at a time, each in its record's
+transaction (``tw_jobs.spent_evals``), so that a job never spends more than its budget.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Collection
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, delete, or_, select, update
+from sqlalchemy import and_, delete, exists, or_, select, update
 from sqlalchemy import func as sa_func
 from sqlalchemy.orm import Session
 
@@ -42,46 +42,57 @@ def job_evaluations(session: Session, *, job_id: int) -> int:
     return int(session.scalar(query) or 0)
 
 
-def jobs_evaluations(session: Session, *, job_ids: Collection[int]) -> dict[int, int]:
-    """:func:`job_evaluations` of several jobs in one query (every one of ``job_ids``, 0 for a
-    job without any)."""
-    if not job_ids:
-        return {}
-    query = (
-        select(RecordModel.job_id, sa_func.count())
-        .where(RecordModel.job_id.in_(list(job_ids)), _evaluation())
-        .group_by(RecordModel.job_id)
+def job_spent(session: Session, *, job_id: int) -> int:
+    """:func:`job_evaluations`, read from the job's row (``spent_evals``, taken by
+    :func:`tag_record` in each record's transaction) rather than counted from its records."""
+    return int(session.scalar(select(JobModel.spent_evals).where(JobModel.id == job_id)) or 0)
+
+
+def _member(job_id: int, worker_id: str) -> Any:
+    # The job's holder, or one of its assistants.
+    return or_(
+        JobModel.worker_id == worker_id,
+        exists().where(JobAssistModel.job_id == job_id, JobAssistModel.worker_id == worker_id),
     )
-    counted = {int(job_id): int(n) for job_id, n in session.execute(query) if job_id is not None}
-    return {job_id: counted.get(job_id, 0) for job_id in job_ids}
 
 
-def may_tag_record(session: Session, *, job_id: int, worker_id: str, counts: bool = True) -> bool:
-    """Whether a record that ``worker_id`` adds in this transaction may carry ``job_id``.
+def tag_record(
+    session: Session, *, record_id: int, job_id: int, worker_id: str, counts: bool = True
+) -> bool:
+    """Keep or drop the job tag of a record that ``worker_id`` has just added in this
+    transaction with ``job_id``; whether it was kept.
 
-    Yes if the job is running, ``worker_id`` holds it or assists it (:func:`assist_job`), and,
+    Kept if the job is running, ``worker_id`` holds it or assists it (:func:`assist_job`), and,
     for a record that ``counts`` as an evaluation (:func:`job_evaluations`), the job has spent
-    less than its budget. The job row is locked until the transaction ends (``FOR UPDATE`` on
-    PostgreSQL; SQLite's transactions hold the write lock anyway), so the holder and its
-    assistants tag their records one at a time and a job's evaluations never exceed its budget.
-    A record that may not carry the job still serves the study.
+    less than its budget: then one UPDATE checks that and takes the evaluation (``spent_evals``).
+    Concurrent workers of one job queue on that row's lock from the UPDATE to their commit, and
+    no longer: call this last in the record's transaction. A record whose tag is dropped still
+    serves the study; only its own transaction ever saw it tagged.
     """
-    job = session.execute(
-        select(JobModel.worker_id, JobModel.budget_evals)
-        .where(JobModel.id == job_id, JobModel.status == JobStatus.RUNNING)
-        .with_for_update()
-    ).first()
-    if job is None:
-        return False
-    if job.worker_id != worker_id:
-        assisting = session.scalars(
-            select(JobAssistModel.worker_id).where(
-                JobAssistModel.job_id == job_id, JobAssistModel.worker_id == worker_id
+    running = and_(JobModel.id == job_id, JobModel.status == JobStatus.RUNNING)
+    if counts:
+        taken = session.execute(
+            update(JobModel)
+            .where(
+                running, _member(job_id, worker_id), JobModel.spent_evals < JobModel.budget_evals
             )
-        ).first()
-        if assisting is None:
-            return False
-    return not counts or job_evaluations(session, job_id=job_id) < job.budget_evals
+            .values(spent_evals=JobModel.spent_evals + 1)
+            .execution_options(synchronize_session=False)
+        )
+        kept = rowcount(taken) == 1
+    else:
+        kept = (
+            session.scalar(select(JobModel.id).where(running, _member(job_id, worker_id)))
+            is not None
+        )
+    if not kept:
+        session.execute(
+            update(RecordModel)
+            .where(RecordModel.id == record_id, RecordModel.job_id == job_id)
+            .values(job_id=None)
+            .execution_options(synchronize_session=False)
+        )
+    return kept
 
 
 def _live_assistants(session: Session, *, job_id: int, since: datetime) -> int:
@@ -120,8 +131,9 @@ def assist_job(
         return None
     now = now or utcnow()
     since = now - timedelta(seconds=lease_seconds)
-    query = select(JobModel.id, JobModel.budget_evals).where(
+    query = select(JobModel.id, JobModel.budget_evals - JobModel.spent_evals).where(
         JobModel.status == JobStatus.RUNNING,
+        JobModel.spent_evals < JobModel.budget_evals,
         JobModel.lease_until >= now,
         JobModel.worker_id != worker_id,
     )
@@ -131,12 +143,8 @@ def assist_job(
                 select(WorkloadModel.id).where(WorkloadModel.target.in_(list(targets)))
             )
         )
-    # One query for every candidate's spent evaluations: every idle worker of a fleet asks
-    # this every poll, for every running job.
-    budgets = {job_id: budget for job_id, budget in session.execute(query).all()}
-    spent = jobs_evaluations(session, job_ids=list(budgets))
-    left = {job_id: budget - spent[job_id] for job_id, budget in budgets.items()}
-    for job_id in sorted((j for j, n in left.items() if n > 0), key=lambda j: (-left[j], j)):
+    left = {job_id: int(n) for job_id, n in session.execute(query).all()}
+    for job_id in sorted(left, key=lambda j: (-left[j], j)):
         locked = session.scalars(
             select(JobModel.id)
             .where(

@@ -219,6 +219,9 @@ class JobModel(Base):
     force: Mapped[bool] = mapped_column(Boolean(create_constraint=False), default=False)
     seed: Mapped[int | None] = mapped_column(BigInteger())
     evaluations: Mapped[int] = mapped_column(Integer(), default=0)
+    # The evaluations its records spent, taken one by one as each is tagged with the job (see
+    # tilewise.store.tag_record): never above budget_evals, always its evaluation records' count.
+    spent_evals: Mapped[int] = mapped_column(Integer(), default=0, server_default="0")
     best_latency_us: Mapped[float | None] = mapped_column(Double())
     speedup: Mapped[float | None] = mapped_column(Double())
     attempts: Mapped[int] = mapped_column(Integer(), default=0)
@@ -233,7 +236,7 @@ class JobModel(Base):
 class JobAssistModel(Base):
     """A worker assisting a running job: it tunes the job's study without holding its lease.
 
-    Its records count for the job (see ``tilewise.store.may_tag_record``) while its row is here;
+    Its records count for the job (see ``tilewise.store.tag_record``) while its row is here;
     ``heartbeat_at`` is refreshed while it assists, and a row older than a lease is stale (not
     counted against ``max_assistants_per_job``, removed by the next assistant of the job).
     """

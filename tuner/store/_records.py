@@ -201,8 +201,9 @@ def add_record(
 
     ``latency_us`` (the median, µs) is required for ``ok`` records and refused for the others;
     ``spread`` is relative, ``(p75 - p25) / median``, and likewise only for ``ok``. ``job_id``
-    names the job whose worker measured it; set it only while holding that job
-    (:func:`holds_job` in the same transaction), so that :func:`job_evaluations` is exact.
+    names the job whose worker measured it; follow it with :func:`tag_record` in the same
+    transaction, which keeps it only where the job counts it, so that :func:`job_evaluations` is
+    exact.
     ``toolchain`` is what measured it (the backend's, ``Backend.toolchain``).
 
     Raises:

@@ -21,12 +21,13 @@ workload do, skipping tilings recorded or being measured elsewhere) until the jo
 running, its budget is spent, or the assistant is asked to stop. The holder re-measures and
 stores the winner when the budget is spent, by whoever spent it.
 
-Budget accounting: a record carries the job's id only if, in the record's own transaction with
-the job row locked, the job is running, its writer holds or assists it, and (for an evaluation)
-the job has spent less than its budget (:func:`tilewise.store.may_tag_record`). So a job's spent
-evaluations are exactly its records (:func:`tilewise.store.job_evaluations`), never more than its
-budget, and a job claimed again resumes with ``budget_evals`` minus those. The new worker's
-tuner sees every earlier record and never measures a tiling again.
+Budget accounting: a record carries the job's id only if, at the end of the record's own
+transaction, the job is running, its writer holds or assists it, and (for an evaluation) one
+UPDATE of the job's row finds it has spent less than its budget and takes one more
+(:func:`tilewise.store.tag_record`). So a job's spent evaluations are exactly its records
+(:func:`tilewise.store.job_evaluations`, counted on its row too), never more than its budget,
+and a job claimed again resumes with ``budget_evals`` minus those. The new worker's tuner sees
+every earlier record and never measures a tiling again.
 """
 
 from tilewise.worker._jobs import JobError, job_inputs, worker_id_for
