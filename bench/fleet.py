@@ -259,6 +259,7 @@ def _summary(
         "lost": launched - counts["records"],
         "missing": counts["expected"] - counts["counted"],
         "doubled": counts["doubled"],
+        "doubled_records": counts["doubled_records"],
         "untold": counts["untold"],
         "untold_records": counts["untold_records"],
         "over_budget_jobs": counts["over_budget_jobs"],

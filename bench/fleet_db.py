@@ -192,6 +192,7 @@ def count_evaluations(url: str, *, journals: Path | None = None) -> dict[str, An
                     RecordModel.trial_number,
                     RecordModel.job_id,
                     RecordModel.source,
+                    RecordModel.created_at,
                     WorkloadModel.op,
                     WorkloadModel.key,
                 )
@@ -240,6 +241,18 @@ def count_evaluations(url: str, *, journals: Path | None = None) -> dict[str, An
         "records": len(records),
         "untagged_records": sum(1 for r in records if r.job_id is None),
         "doubled": sum(n - 1 for n in per_tiling.values() if n > 1),
+        # Each record of a tiling recorded more than once, to tell which path measured it.
+        "doubled_records": [
+            {
+                "tiling_key": r.tiling_key,
+                "source": RecordSource(r.source).value,
+                "trial_number": r.trial_number,
+                "job_id": r.job_id,
+                "created_at": r.created_at.isoformat(),
+            }
+            for r in records
+            if per_tiling[(r.workload_id, r.tiling_key)] > 1
+        ],
         "untold": len(untold),
         "untold_records": untold,
         "trials_complete": sum(

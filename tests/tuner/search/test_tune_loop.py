@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 from pathlib import Path
 
 import optuna
@@ -15,7 +16,7 @@ from tilewise import store
 from tilewise.kernels.backends import Backend
 from tilewise.kernels.ops import OpSpec, get_op
 from tilewise.kernels.targets import TargetProfile, twin_target
-from tilewise.search import Budget, Tuner
+from tilewise.search import Budget, Tuner, _running
 from tilewise.search._evaluate import Progress
 from tilewise.search._running import running_before
 from tilewise.search._space import distributions
@@ -389,3 +390,46 @@ def test_an_older_trial_still_writing_its_parameters_is_waited_for(settings: Set
     finally:
         close_storage(storage)
         db.close()
+
+
+@pytest.mark.parametrize("ends", ["stale", "stalled"])
+def test_an_older_trial_left_short_of_parameters_is_waited_for_until_stale_or_stalled(
+    settings: Settings, ends: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An older trial whose worker died while writing its parameters: the check waits as long
+    as one evaluation can take (the trial may be slow, not dead), or until no parameter came
+    for a while, then measures."""
+    if ends == "stale":  # one evaluation's bound: 1.5 s from the older trial's start
+        settings = settings.model_copy(
+            update={"build_timeout_s": 0.6, "run_timeout_s": 0.3, "max_measure_s": 0.3}
+        )
+    else:  # the bound is minutes; no parameter for 1.5 s
+        monkeypatch.setattr(_running, "STALL_S", 1.5)
+    db = store.open_store(settings.db_url)
+    tuner = make_tuner(db, counting_backend(), settings)
+    default = tuner.spec.default_tiling(tuner.shape, "float32", tuner.target)
+    storage = open_storage(db.url, tuner.workload.study_name, None)
+    try:
+        study = optuna.create_study(study_name=tuner.workload.study_name, storage=storage)
+        study_id = storage.get_study_id_from_name(tuner.workload.study_name)
+        older = storage.create_new_trial(study_id)
+        name, dist = next(iter(distributions(tuner.tunables).items()))
+        storage.set_trial_param(older, name, dist.to_internal_repr(default[name]), dist)
+        mine = optuna.Trial(
+            study,
+            storage.create_new_trial(
+                study_id,
+                template_trial=optuna.trial.create_trial(
+                    state=TrialState.RUNNING,
+                    params=dict(default),
+                    distributions=distributions(tuner.tunables),
+                ),
+            ),
+        )
+        started = time.monotonic()
+        assert not running_before(study, mine, settings)
+        waited = time.monotonic() - started
+    finally:
+        close_storage(storage)
+        db.close()
+    assert 1.0 <= waited < 10.0
