@@ -135,3 +135,17 @@ def check_strategy(strategy: str) -> None:
             f"unknown strategy {strategy!r}{did_you_mean(strategy, STRATEGIES)}; "
             f"known: {', '.join(sorted(STRATEGIES))}"
         )
+
+
+def preload(strategy: str) -> None:
+    """Import now what a tune with ``strategy`` imports on its first use: the surrogate's models
+    (scikit-learn's forest, SciPy's normal distribution) and the finish's significance test
+    (SciPy's statistics), seconds of CPU on a small machine. A worker calls it at start, so
+    that its first job does not pay for it within its lease; ``tilewise tune`` and the CLI's
+    other commands keep them lazy."""
+    check_strategy(strategy)
+    import scipy.stats
+
+    if strategy == "default" or strategy.startswith("surrogate-"):
+        import scipy.special  # noqa: F401
+        import sklearn.ensemble  # noqa: F401

@@ -73,9 +73,9 @@ class Worker:
         strategy: str = "default",
     ) -> None:
         from tilewise.kernels.targets import get_target
-        from tilewise.search._strategies import check_strategy
+        from tilewise.search._strategies import preload
 
-        check_strategy(strategy)
+        preload(strategy)
         self.strategy = strategy
 
         self.settings = settings

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -459,3 +460,21 @@ def test_warm_start_carries_the_neighbours_tilings_over(tmp_path: Path) -> None:
     assert warm == [spec.snap(carried, here, "float32", target)]
     domains = {t.name: t.values for t in spec.tunables(here, "float32", target)}
     assert all(warm[0][name] in values for name, values in domains.items())
+
+
+@pytest.mark.parametrize(("strategy", "models"), [("default", True), ("tpe", False)])
+def test_preload_imports_what_the_first_proposals_would(strategy: str, models: bool) -> None:
+    """A worker's start imports the surrogate's model libraries (and the finish's test), so
+    that its first job does not; TPE needs no model libraries. In a fresh interpreter, where
+    nothing imported them yet."""
+    probe = (
+        "import sys\n"
+        "from tilewise.search._strategies import preload\n"
+        "before = {'sklearn.ensemble', 'scipy.stats'} & set(sys.modules)\n"
+        f"preload({strategy!r})\n"
+        "print(sorted(before), 'sklearn.ensemble' in sys.modules, 'scipy.stats' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.split() == ["[]", str(models), "True"]
