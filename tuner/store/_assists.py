@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 from tilewise.errors import InputError
 from tilewise.status import JobStatus, RecordSource, RecordStatus
 from tilewise.store._coerce import rowcount
-from tilewise.store._jobs import JobRow, get_job
+from tilewise.store._jobs import JobRow, job_row
 from tilewise.store._models import JobAssistModel, JobModel, RecordModel, WorkloadModel, utcnow
 
 
@@ -118,12 +118,13 @@ def assist_job(
     Candidates: running jobs with a live lease held by another worker (with ``targets``, of
     those targets only), whose budget is not spent, with fewer than ``max_assistants`` live
     assistants (heartbeat within ``lease_seconds``). The one with the most evaluations left is
-    taken (the oldest on a tie). Any earlier registration of ``worker_id`` ends, and the job's
-    stale assistants are removed (their records stop counting for it). The assistant refreshes
-    its row with :func:`renew_assist` and removes it with :func:`end_assist`.
+    taken (the oldest on a tie). Any earlier registration of ``worker_id`` ends, and the
+    candidates' stale assistants are removed (their records stop counting for them). The
+    assistant refreshes its row with :func:`renew_assist` and removes it with :func:`end_assist`.
 
     Concurrency: the chosen job's row is locked (``FOR UPDATE``) before its assistants are
-    counted, so concurrent workers never exceed ``max_assistants``; SQLite has one writer.
+    counted, so concurrent workers never exceed ``max_assistants``, and held for the count and
+    the insert only; SQLite has one writer.
     """
     if not lease_seconds > 0:
         raise InputError(f"lease_seconds must be > 0, got {lease_seconds}")
@@ -144,33 +145,36 @@ def assist_job(
             )
         )
     left = {job_id: int(n) for job_id, n in session.execute(query).all()}
+    # Before any job's row is locked: workers that register at once queue on that lock, so it
+    # is held for the count and the insert only.
+    session.execute(
+        delete(JobAssistModel)
+        .where(
+            or_(
+                JobAssistModel.worker_id == worker_id,
+                and_(JobAssistModel.job_id.in_(list(left)), JobAssistModel.heartbeat_at < since),
+            )
+        )
+        .execution_options(synchronize_session=False)
+    )
     for job_id in sorted(left, key=lambda j: (-left[j], j)):
         locked = session.scalars(
-            select(JobModel.id)
+            select(JobModel)
             .where(
                 JobModel.id == job_id,
                 JobModel.status == JobStatus.RUNNING,
                 JobModel.worker_id != worker_id,
             )
             .with_for_update()
+            .execution_options(populate_existing=True)
         ).first()
         if locked is None:
             continue
-        session.execute(
-            delete(JobAssistModel)
-            .where(
-                or_(
-                    JobAssistModel.worker_id == worker_id,
-                    and_(JobAssistModel.job_id == job_id, JobAssistModel.heartbeat_at < since),
-                )
-            )
-            .execution_options(synchronize_session=False)
-        )
         if _live_assistants(session, job_id=job_id, since=since) >= max_assistants:
             continue
         session.add(JobAssistModel(job_id=job_id, worker_id=worker_id, heartbeat_at=now))
         session.flush()
-        return get_job(session, job_id=job_id)
+        return job_row(locked)
     return None
 
 

@@ -44,6 +44,7 @@ class JobRow:
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+    spent_evals: int = 0  # its evaluations so far (see tilewise.store.tag_record)
 
 
 def job_row(m: JobModel) -> JobRow:
@@ -65,6 +66,7 @@ def job_row(m: JobModel) -> JobRow:
         created_at=m.created_at,
         started_at=m.started_at,
         finished_at=m.finished_at,
+        spent_evals=m.spent_evals,
     )
 
 

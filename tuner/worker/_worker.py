@@ -176,7 +176,7 @@ class Worker:
             )
             if job is None:
                 return None
-            spent = store.job_evaluations(s, job_id=job.id)
+        spent = job.spent_evals
         with self._lock:
             self._held = _Held(job, spent)
         log.info(
@@ -348,7 +348,6 @@ class Worker:
                     lease_seconds=self.settings.lease_s,
                     targets=[self.target.name],
                 )
-                spent = 0 if job is None else store.job_evaluations(s, job_id=job.id)
         except StoreError as exc:
             log.warning("worker %s: cannot assist: %s", self.id, exc)
             return False
@@ -362,7 +361,7 @@ class Worker:
             self.id,
             job.id,
             job.worker_id,
-            spent,
+            job.spent_evals,
             job.budget_evals,
         )
         self._beat()
@@ -376,7 +375,7 @@ class Worker:
 
         try:
             result = self._tuner(job).run(
-                Budget(max(0, job.budget_evals - spent), job.budget_seconds),
+                Budget(max(0, job.budget_evals - job.spent_evals), job.budget_seconds),
                 seed=None,  # not the holder's seed: its sampler would propose the same tilings
                 should_stop=should_stop,
                 finish=False,
