@@ -145,6 +145,8 @@ def assist_job(
             )
         )
     left = {job_id: int(n) for job_id, n in session.execute(query).all()}
+    if not left:
+        return None  # an idle worker's usual poll: one statement
     # Before any job's row is locked: workers that register at once queue on that lock, so it
     # is held for the count and the insert only.
     session.execute(
