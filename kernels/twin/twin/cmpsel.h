@@ -38,6 +38,12 @@ inline void CheckCompareCount(const char* what, uint32_t count)
 }
 
 #if defined(__clang__)
+// 16 floats are wider than AVX2's registers: without AVX-512, clang warns that passing them by
+// value changes the calling convention. That matters between separately compiled objects; these
+// helpers are inline in each kernel's one translation unit, and the lambdas below are called
+// from PackCompare only.
+#pragma clang diagnostic push
+#pragma clang diagnostic ignored "-Wpsabi"
 template <typename T, int N>
 using VecOf = T __attribute__((ext_vector_type(N)));
 using Bits16 = bool __attribute__((ext_vector_type(16)));  // stored as 16 packed bits
@@ -78,6 +84,9 @@ inline void PackCompare(uint8_t* d, const T* a, const T* b, T scalar, uint32_t c
     }
 #endif
 }
+#if defined(__clang__)
+#pragma clang diagnostic pop
+#endif
 
 // The mode is fixed per call: dispatch once, so each loop body is a plain comparison.
 template <typename T>
