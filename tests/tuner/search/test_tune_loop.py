@@ -69,6 +69,17 @@ def _running_copy(study: optuna.Study, tuner: Tuner, tiling: Tiling) -> None:
     )
 
 
+def _running_trial(
+    storage: optuna.storages.BaseStorage, study: optuna.Study, tuner: Tuner, tiling: Tiling
+) -> optuna.Trial:
+    """This worker's trial of ``tiling``, running, its parameters written as it is created."""
+    study_id = storage.get_study_id_from_name(study.study_name)
+    template = optuna.trial.create_trial(
+        state=TrialState.RUNNING, params=dict(tiling), distributions=distributions(tuner.tunables)
+    )
+    return optuna.Trial(study, storage.create_new_trial(study_id, template_trial=template))
+
+
 def _recorded_later(other: Tuner, tiling: Tiling, *, trial: int) -> threading.Timer:
     """A timer (to start) after which ``other`` records ``tiling`` as the study's ``trial``."""
     return threading.Timer(
@@ -366,17 +377,7 @@ def test_an_older_trial_still_writing_its_parameters_is_waited_for(settings: Set
         study = optuna.create_study(study_name=tuner.workload.study_name, storage=storage)
         study_id = storage.get_study_id_from_name(tuner.workload.study_name)
         older = storage.create_new_trial(study_id)  # running, no parameters yet
-        mine = optuna.Trial(
-            study,
-            storage.create_new_trial(
-                study_id,
-                template_trial=optuna.trial.create_trial(
-                    state=TrialState.RUNNING,
-                    params=dict(default),
-                    distributions=distributions(tuner.tunables),
-                ),
-            ),
-        )
+        mine = _running_trial(storage, study, tuner, default)
 
         writer = threading.Timer(0.2, _write_params, args=(storage, older, tuner, default))
         writer.start()
@@ -415,17 +416,7 @@ def test_an_older_trial_left_short_of_parameters_is_waited_for_until_stale_or_st
         older = storage.create_new_trial(study_id)
         name, dist = next(iter(distributions(tuner.tunables).items()))
         storage.set_trial_param(older, name, dist.to_internal_repr(default[name]), dist)
-        mine = optuna.Trial(
-            study,
-            storage.create_new_trial(
-                study_id,
-                template_trial=optuna.trial.create_trial(
-                    state=TrialState.RUNNING,
-                    params=dict(default),
-                    distributions=distributions(tuner.tunables),
-                ),
-            ),
-        )
+        mine = _running_trial(storage, study, tuner, default)
         started = time.monotonic()
         assert not running_before(study, mine, settings)
         waited = time.monotonic() - started
