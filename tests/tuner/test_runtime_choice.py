@@ -19,7 +19,14 @@ from tests.tuner.test_export import COMPILERS, _ask_c, _build, _fields
 from tilewise import store as st
 from tilewise.export import render_header, table_document
 from tilewise.export._choice import cell_index, parse_choices
-from tilewise.export._model import FEATURES, MIN_RECORDS_PER_FEATURE, Sample, features, fit_model
+from tilewise.export._model import (
+    FEATURES,
+    MIN_RECORDS_PER_FEATURE,
+    Sample,
+    _held_out_error,
+    features,
+    fit_model,
+)
 from tilewise.kernels.ops import get_op
 from tilewise.kernels.targets import get_target
 from tilewise.runtime import TilingTable
@@ -181,6 +188,29 @@ def test_a_model_fits_the_records_and_measures_its_error_on_held_out_shapes() ->
     # Too few shapes to hold any out: no model.
     few = [s for s in samples if s.shape in {Shape(TUNED[0]), Shape(TUNED[1])}]
     assert fit_model(few) is None
+
+
+def test_a_shape_slow_as_a_whole_does_not_bend_the_model() -> None:
+    """Each shape's records slower or faster as a whole by a factor no feature explains (a tune
+    measured while the host was busy): the fit on each shape's records less its means predicts
+    the ratios between one shape's tilings as well as without the factors; the fit across
+    shapes must bend its coefficients to explain them, and is worse."""
+    rng = random.Random(11)
+    samples = []
+    for dims in TUNED:
+        shape = Shape(dims)
+        offset = rng.uniform(-0.7, 0.7)  # natural log: 0.5x to 2x, the whole shape
+        default = LAG.default_tiling(shape, "float32", TWIN)
+        for t in [default, *_valid_tilings(shape, rng, 10)]:
+            x = features(LAG, t, shape, "float32", TWIN)
+            assert x is not None
+            log_us = math.log(_truth(t, shape, rng)) + offset
+            samples.append(Sample("cpu-twin/float32", shape, x, log_us, t == default))
+    model = fit_model(samples)
+    assert model is not None and model.kind == "within", model
+    assert 0.01 < model.error < 0.06, model
+    across = _held_out_error("loglinear", samples)
+    assert across is not None and across > 2 * model.error, (across, model.error)
 
 
 def test_the_model_counts_waves_over_the_threads_the_records_ran_on(store: st.Store) -> None:

@@ -9,18 +9,23 @@ vector instructions and pipeline stages; the blocks launched; and the Ascend cos
 predicted time. The parallel units are where the records' blocks ran: an NPU's cores, or on
 the cpu-twin the host threads its runner spread the blocks over (each record's ``threads``) —
 the twin keeps an NPU's on-chip sizes, not its 20-odd cores, and waves counted over the NPU's
-cores describe a twin launch so poorly that no model fitted on them predicts a gain. Two kinds
-of model, both linear in log latency with one intercept per (target, dtype):
+cores describe a twin launch so poorly that no model fitted on them predicts a gain. Three kinds
+of model, each linear in log latency with one intercept per (target, dtype):
 
 * ``loglinear``: a least-squares fit on every feature, given enough records (at least
   :data:`MIN_RECORDS_PER_FEATURE` per coefficient, on :data:`MIN_SHAPES` shapes or more);
+* ``within``: the same fit on each shape's records less that shape's means (features and log
+  latency; given as many records): the coefficients explain how the tilings of one shape
+  differ, which is all a choice compares, and not how fast one shape runs against another. A
+  shape whose every record is slower than the features say (measured while the host was busy,
+  or slow for a reason no feature names) bends a ``loglinear`` fit and not this one;
 * ``cost``: the cost model's prediction scaled by the intercept (its coefficient is 1).
 
 Each is cross-validated on held-out shapes (every fold holds out whole shapes): the model's
 *error* is the root mean square, over the held-out shapes' measured tilings, of the predicted
 log ratio to the shape's default tiling minus the measured one. A choice counts a candidate
-faster than the default only when its predicted log gain exceeds that error. With both kinds
-fitted, the one with the smaller error is kept; without :data:`MIN_SHAPES` held-out shapes that
+faster than the default only when its predicted log gain exceeds that error. With several kinds
+fitted, the one with the smallest error is kept; without :data:`MIN_SHAPES` held-out shapes that
 measured their default beside another tiling there is no error, and no model (the table then
 holds no choice grid and the runtime answers by the nearest rule).
 """
@@ -103,7 +108,7 @@ class Sample(NamedTuple):
 class Model:
     """A fitted model (see the module docstring); ``predict`` gives natural-log latencies."""
 
-    kind: str  # "loglinear" or "cost"
+    kind: str  # "loglinear", "within" or "cost"
     coef: tuple[float, ...]  # per feature of FEATURES ("cost": 1 on cost_us, 0 elsewhere)
     intercepts: dict[str, float]  # per "target/dtype"
     error: float  # held-out RMS error of log ratios to the default
@@ -138,6 +143,25 @@ def _fit(kind: str, samples: Sequence[Sample]) -> Model:
     if kind == "cost":
         coef = np.zeros(len(FEATURES))
         coef[FEATURES.index("cost_us")] = 1.0
+        rest = y - x @ coef * math.log(2)
+        intercepts = {g: float(rest[onehot[:, i] > 0].mean()) for i, g in enumerate(groups)}
+    elif kind == "within":
+        # Each shape's mean taken out of its features and latencies: the coefficients explain
+        # how tilings of one shape differ, what a choice compares, not how shapes do.
+        shapes: dict[tuple[str, Shape], list[int]] = {}
+        for i, s in enumerate(samples):
+            shapes.setdefault((s.group, s.shape), []).append(i)
+        xd, yd = x.copy(), y.copy()
+        for rows in shapes.values():
+            xd[rows] -= x[rows].mean(axis=0)
+            yd[rows] -= y[rows].mean()
+        ridge = 1e-2 * np.sqrt(len(samples))
+        solved, *_ = np.linalg.lstsq(
+            np.vstack([xd * math.log(2), np.eye(len(FEATURES)) * ridge]),
+            np.concatenate([yd, np.zeros(len(FEATURES))]),
+            rcond=None,
+        )
+        coef = solved
         rest = y - x @ coef * math.log(2)
         intercepts = {g: float(rest[onehot[:, i] > 0].mean()) for i, g in enumerate(groups)}
     else:
@@ -198,12 +222,12 @@ def _held_out_error(kind: str, samples: Sequence[Sample]) -> float | None:
 
 
 def fit_model(samples: Sequence[Sample]) -> Model | None:
-    """The better cross-validated of the two kinds (see the module docstring), refitted on
-    every sample; None when neither has a measured error."""
+    """The best cross-validated of the kinds (see the module docstring), refitted on every
+    sample; None when none has a measured error."""
     kinds = ["cost"]
     shapes = len({(s.group, s.shape) for s in samples})
     if len(samples) >= MIN_RECORDS_PER_FEATURE * len(FEATURES) and shapes >= MIN_SHAPES:
-        kinds.append("loglinear")
+        kinds += ["loglinear", "within"]
     best: Model | None = None
     for kind in kinds:
         error = _held_out_error(kind, samples)
