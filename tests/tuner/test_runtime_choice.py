@@ -22,6 +22,7 @@ from tilewise.export._choice import cell_index, parse_choices
 from tilewise.export._model import (
     FEATURES,
     MIN_RECORDS_PER_FEATURE,
+    Pair,
     Sample,
     _held_out_error,
     features,
@@ -101,12 +102,21 @@ def _climb(shape: Shape, truth: str) -> list[Tiling]:
     return path
 
 
-def _fill(session: Any, *, stored: str, seed: int = 7, threads: int | None = None) -> None:
+def _fill(
+    session: Any,
+    *,
+    stored: str,
+    seed: int = 7,
+    threads: int | None = None,
+    remeasured: float | None = None,
+) -> None:
     """Each tuned shape measured at its default, a dozen random valid tilings and (for
     ``"best"``) a tune's path, latencies from :func:`_truth`: ``"best"`` stores the best
     measured tiling under the "fast copies" truth, ``"worst"`` the slowest under the "slow
     copies" one; never the default. With ``threads`` the records say they ran on that many
-    host threads (as the twin's do) and the truth counts waves over them."""
+    host threads (as the twin's do) and the truth counts waves over them. With
+    ``remeasured``, the three fastest measured tilings and the default are re-measured as a
+    tune ends, side by side, at that share of their log ratio to the default."""
     truth = "fast copies" if stored == "best" else "slow copies"
     rng = random.Random(seed)
     for dims in TUNED:
@@ -135,6 +145,21 @@ def _fill(session: Any, *, stored: str, seed: int = 7, threads: int | None = Non
         }
         others = sorted((t for t in measured if t != default), key=measured.__getitem__)
         entry = others[0] if stored == "best" else others[-1]
+        if remeasured is not None:
+            base = _exact_truth(default, shape, truth, threads)
+            for t in [default, *others[:3]]:
+                share = (_exact_truth(t, shape, truth, threads) / base) ** remeasured
+                st.add_record(
+                    session,
+                    toolchain=host_toolchain(),
+                    workload_id=workload.id,
+                    tiling=t,
+                    status="ok",
+                    latency_us=base * share,
+                    spread=0.01,
+                    source="remeasure",
+                    env={"host": "test"},
+                )
         st.upsert_tiling(
             session,
             toolchain=host_toolchain(),
@@ -211,6 +236,81 @@ def test_a_shape_slow_as_a_whole_does_not_bend_the_model() -> None:
     assert 0.01 < model.error < 0.06, model
     across = _held_out_error("loglinear", samples)
     assert across is not None and across > 2 * model.error, (across, model.error)
+
+
+@pytest.mark.parametrize(("measured_share", "scale"), [(1.0, (0.95, 1.01)), (0.5, (0.45, 0.55))])
+def test_the_re_measured_pairs_say_how_much_of_a_predicted_gain_is_real(
+    measured_share: float, scale: tuple[float, float]
+) -> None:
+    """The records say the truth; the side-by-side re-measures of the best tilings against
+    the default measure ``measured_share`` of each predicted log gain (a search's records
+    over-state what its winners gain): the model keeps that share and its error is the
+    re-measures' own."""
+    rng = random.Random(13)
+    samples, pairs = [], []
+    for dims in TUNED:
+        shape = Shape(dims)
+        default = LAG.default_tiling(shape, "float32", TWIN)
+        x_default = features(LAG, default, shape, "float32", TWIN)
+        assert x_default is not None
+        tried = [default, *_valid_tilings(shape, rng, 10)]
+        for t in tried:
+            x = features(LAG, t, shape, "float32", TWIN)
+            assert x is not None
+            log_us = math.log(_truth(t, shape, rng, "fast copies"))
+            samples.append(Sample("cpu-twin/float32", shape, x, log_us, t == default))
+        ranked = sorted(tried[1:], key=lambda t: _exact_truth(t, shape, "fast copies"))
+        for t in ranked[:3]:
+            x = features(LAG, t, shape, "float32", TWIN)
+            assert x is not None
+            slower = _exact_truth(t, shape, "fast copies") / _exact_truth(
+                default, shape, "fast copies"
+            )
+            truth = math.log(slower)
+            log_ratio = measured_share * truth + rng.gauss(0.0, 0.02)
+            pairs.append(Pair("cpu-twin/float32", shape, x, x_default, log_ratio))
+    model = fit_model(samples, pairs)
+    assert model is not None and scale[0] < model.scale < scale[1], model
+    assert model.error < 0.1, model
+    # Re-measures that say nothing of the predictions: no gain is believed.
+    noise = [p._replace(log_ratio=rng.gauss(0.0, 0.3)) for p in pairs]
+    blind = fit_model(samples, noise)
+    assert blind is not None and blind.scale < 0.2 and blind.error > 0.2, blind
+    # Without pairs on enough shapes, the error is that of every record and nothing is scaled.
+    few = fit_model(samples, [p for p in pairs if p.shape == Shape(TUNED[0])])
+    assert few is not None and few.scale == 1.0 and few.error < 0.06, few
+
+
+def test_an_export_scales_the_model_by_the_tunes_re_measures(store: st.Store) -> None:
+    """The tunes' side-by-side re-measures find half the log gain their records say: the
+    exported model keeps half, and a candidate must clear the error with half its gain."""
+    with store.session() as session:
+        _fill(session, stored="best", remeasured=0.5)
+    with store.session() as session:
+        doc = table_document(session, op=LAG.name)
+    model = doc["choices"][0]["model"]
+    assert model["scale"] < 0.9 and model["error"] < 0.1, model
+    # The exported model, scaled, predicts what the re-measures found (the records it is
+    # fitted on hold both a search's measures and the re-measures, so its own coefficients
+    # predict more than half the gain, and the scale takes the rest off).
+    rng = random.Random(17)
+    misses = []
+    for dims in TUNED:
+        shape = Shape(dims)
+        default = LAG.default_tiling(shape, "float32", TWIN)
+        x_default = features(LAG, default, shape, "float32", TWIN)
+        assert x_default is not None
+        for t in _valid_tilings(shape, rng, 5):
+            x = features(LAG, t, shape, "float32", TWIN)
+            assert x is not None
+            predicted = math.log(2) * sum(
+                c * (a - b) for c, a, b in zip(model["coef"], x, x_default, strict=True)
+            )
+            truth = math.log(
+                _exact_truth(t, shape, "fast copies") / _exact_truth(default, shape, "fast copies")
+            )
+            misses.append(model["scale"] * predicted - 0.5 * truth)
+    assert math.sqrt(sum(m * m for m in misses) / len(misses)) < 0.15, misses
 
 
 def test_the_model_counts_waves_over_the_threads_the_records_ran_on(store: st.Store) -> None:

@@ -3,7 +3,8 @@
 For an untuned shape the candidates are the tilings of the nearest tuned shapes, re-derived for
 it by the op's carry rules, and the op's default tiling; a latency model fitted on every record
 of the op (:mod:`tilewise.export._model`) predicts each, and a candidate wins only when it is
-predicted faster than the default by more than the model's own held-out error. Evaluating the
+predicted faster than the default (the predicted log gain times the model's scale) by more than
+the model's own held-out error. Evaluating the
 model needs the op's Python code, so the choice is made at export, once per grid cell, and
 written into the table (``choices``); the runtime and the C header look the asked shape's cell
 up and re-derive the chosen entry's tiling for it, so both give the same answer.
@@ -155,7 +156,7 @@ def _decide(
             if x is None:
                 del worst[i]
                 continue
-            log_gain = p_default - float(model.predict(np.array([x]), group)[0])
+            log_gain = model.scale * (p_default - float(model.predict(np.array([x]), group)[0]))
             worst[i] = min(worst[i], log_gain)
         if not worst:
             return -1, None
@@ -257,7 +258,7 @@ def choices_of(
 ) -> list[Choice]:
     """Each current-version (op, target, dtype) group's grid, from a model of the op fitted on
     every measured record of its current-version workloads in ``rows``."""
-    from tilewise.export._model import Sample, features, fit_model
+    from tilewise.export._model import Pair, Sample, features, fit_model
     from tilewise.kernels.ops import get_op
     from tilewise.kernels.targets import get_target
 
@@ -275,17 +276,26 @@ def choices_of(
         spec = get_op(op)
         measured = {w.id: _measured(session, w.id) for w in workloads}
         units = _units(workloads, measured)
-        samples = []
+        samples, pairs = [], []
         for w in workloads:
             profile = get_target(w.target)
             group = f"{profile.name}/{w.dtype}"
-            default_key = spec.default_tiling(w.shape, w.dtype, profile).key()
-            for tiling, latency in measured[w.id][0].items():
+            default = spec.default_tiling(w.shape, w.dtype, profile)
+            found = measured[w.id]
+            for tiling, latency in found.latencies.items():
                 x = features(spec, tiling, w.shape, w.dtype, profile, units.get(group))
                 if x is not None:
-                    is_default = tiling.key() == default_key
+                    is_default = tiling.key() == default.key()
                     samples.append(Sample(group, w.shape, x, math.log(latency), is_default))
-        model = fit_model(samples)
+            base = found.remeasured.get(default)
+            x_default = features(spec, default, w.shape, w.dtype, profile, units.get(group))
+            if base is None or x_default is None:
+                continue
+            for tiling, latency in found.remeasured.items():
+                x = features(spec, tiling, w.shape, w.dtype, profile, units.get(group))
+                if tiling != default and x is not None:
+                    pairs.append(Pair(group, w.shape, x, x_default, math.log(latency / base)))
+        model = fit_model(samples, pairs)
         if model is None:
             continue
         model = replace(model, units=units)
@@ -294,38 +304,50 @@ def choices_of(
             if e.op == op and e.op_version == spec.version:
                 groups.setdefault((e.target, e.dtype), []).append(e)
         for (target, dtype), members in sorted(groups.items()):
-            found = build_choice(spec, get_target(target), dtype, members, model)
-            if found is not None:
-                out.append(found)
+            grid = build_choice(spec, get_target(target), dtype, members, model)
+            if grid is not None:
+                out.append(grid)
     return out
 
 
-def _measured(session: Session, workload_id: int) -> tuple[dict[Tiling, float], Counter[int]]:
-    """Median latency of each tiling's measured (ok, not predicted) records, and how many of
-    those records ran on how many host threads (the cpu-twin's records name them)."""
+class _Measured(NamedTuple):
+    latencies: dict[Tiling, float]  # median of each tiling's measured records
+    remeasured: dict[Tiling, float]  # of its side-by-side re-measures at the end of a run
+    threads: Counter[int]  # how many records ran on how many host threads
+
+
+def _measured(session: Session, workload_id: int) -> _Measured:
+    """A workload's measured (ok, not predicted) records; the cpu-twin's name their threads."""
     from tilewise.status import RecordSource
     from tilewise.store import RecordStatus, records_for
 
     latencies: dict[Tiling, list[float]] = {}
+    remeasured: dict[Tiling, list[float]] = {}
     threads: Counter[int] = Counter()
     for r in records_for(session, workload_id=workload_id, status=RecordStatus.OK):
         if r.latency_us is not None and r.latency_us > 0 and r.source != RecordSource.PREDICTED:
             latencies.setdefault(r.tiling, []).append(r.latency_us)
+            if r.source == RecordSource.REMEASURE:
+                remeasured.setdefault(r.tiling, []).append(r.latency_us)
             count = r.env.get("threads")
             if isinstance(count, int) and not isinstance(count, bool) and count > 0:
                 threads[count] += 1
-    return {t: float(np.median(v)) for t, v in latencies.items()}, threads
+    return _Measured(
+        {t: float(np.median(v)) for t, v in latencies.items()},
+        {t: float(np.median(v)) for t, v in remeasured.items()},
+        threads,
+    )
 
 
 def _units(
     workloads: Sequence[WorkloadRow],
-    measured: Mapping[int, tuple[dict[Tiling, float], Counter[int]]],
+    measured: Mapping[int, _Measured],
 ) -> dict[str, int]:
     """Per "target/dtype" group: the host threads most of its records ran on, for the groups
     whose records name them (the features then count waves over those threads)."""
     counts: dict[str, Counter[int]] = {}
     for w in workloads:
-        counts.setdefault(f"{w.target}/{w.dtype}", Counter()).update(measured[w.id][1])
+        counts.setdefault(f"{w.target}/{w.dtype}", Counter()).update(measured[w.id].threads)
     return {group: c.most_common(1)[0][0] for group, c in counts.items() if c}
 
 

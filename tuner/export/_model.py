@@ -21,13 +21,23 @@ of model, each linear in log latency with one intercept per (target, dtype):
   or slow for a reason no feature names) bends a ``loglinear`` fit and not this one;
 * ``cost``: the cost model's prediction scaled by the intercept (its coefficient is 1).
 
-Each is cross-validated on held-out shapes (every fold holds out whole shapes): the model's
-*error* is the root mean square, over the held-out shapes' measured tilings, of the predicted
-log ratio to the shape's default tiling minus the measured one. A choice counts a candidate
-faster than the default only when its predicted log gain exceeds that error. With several kinds
-fitted, the one with the smallest error is kept; without :data:`MIN_SHAPES` held-out shapes that
-measured their default beside another tiling there is no error, and no model (the table then
-holds no choice grid and the runtime answers by the nearest rule).
+Each is cross-validated on held-out shapes (every fold holds out whole shapes). Where the
+tuner's final re-measures (its best tilings and the default, side by side in interleaved rounds)
+cover :data:`MIN_SHAPES` shapes or more, they are what the model is judged on: the tilings a
+choice is about (a search's winners against the default), measured without the drift of a
+busy host between a search's first and last record. A search's records over-state its winners'
+gains (the fastest of many noisy measurements were picked), and a model fitted on them
+predicts gains the re-measures do not find: the predicted log ratios of the held-out shapes'
+re-measured tilings to their default are multiplied by a *scale*, the least-squares slope of
+the measured on the predicted (within [0, 1]) fitted on the other shapes' re-measures, and the
+model's *error* is the root mean square of the scaled prediction minus the measured; the model
+keeps the scale fitted on every re-measure. Without such re-measures, the error is that of every
+measured tiling of the held-out shapes against its shape's default record, and the scale 1. A
+choice counts a candidate faster than the default only when its scaled predicted log gain
+exceeds the error. With several kinds fitted, the one with the smallest error is kept; without
+:data:`MIN_SHAPES` held-out shapes that measured their default beside another tiling there is
+no error, and no model (the table then holds no choice grid and the runtime answers by the
+nearest rule).
 """
 
 from __future__ import annotations
@@ -104,6 +114,17 @@ class Sample(NamedTuple):
     is_default: bool  # the shape's default tiling
 
 
+class Pair(NamedTuple):
+    """A tiling and its shape's default, re-measured side by side (the tuner's final
+    re-measure of its best tilings, interleaved with the default's)."""
+
+    group: str  # "target/dtype"
+    shape: Shape
+    x: list[float]
+    x_default: list[float]
+    log_ratio: float  # natural log of the tiling's latency over the default's
+
+
 @dataclass(frozen=True)
 class Model:
     """A fitted model (see the module docstring); ``predict`` gives natural-log latencies."""
@@ -117,6 +138,9 @@ class Model:
     #: Per "target/dtype": the parallel units its records' blocks ran on, where they name them
     #: (the cpu-twin's threads); the features of a decision use the same.
     units: dict[str, int] = field(default_factory=dict)
+    #: What a predicted log ratio of two tilings of one shape is multiplied by: fitted on the
+    #: re-measured pairs where there are some (see the module docstring), else 1.
+    scale: float = 1.0
 
     def predict(self, x: np.ndarray, group: str) -> np.ndarray:
         log_us: np.ndarray = x @ np.asarray(self.coef) * math.log(2)
@@ -132,6 +156,7 @@ class Model:
             "records": self.records,
             "shapes": self.shapes,
             "units": dict(sorted(self.units.items())),
+            "scale": round(self.scale, 6),
         }
 
 
@@ -185,6 +210,12 @@ def _fit(kind: str, samples: Sequence[Sample]) -> Model:
     )
 
 
+def _folds(keys: Sequence[tuple[str, Shape]]) -> list[set[tuple[str, Shape]]]:
+    order = sorted(set(keys), key=lambda k: (k[0], tuple(k[1].values())))
+    folds = min(FOLDS, len(order))
+    return [set(order[fold::folds]) for fold in range(folds)]
+
+
 def _held_out_error(kind: str, samples: Sequence[Sample]) -> float | None:
     """RMS over held-out shapes of (predicted - measured) log ratio of each measured tiling to
     the shape's default; None without :data:`MIN_SHAPES` shapes measuring their default beside
@@ -195,11 +226,8 @@ def _held_out_error(kind: str, samples: Sequence[Sample]) -> float | None:
     usable = [k for k, v in by_shape.items() if any(s.is_default for s in v) and len(v) > 1]
     if len(usable) < MIN_SHAPES:
         return None
-    order = sorted(by_shape, key=lambda k: (k[0], tuple(k[1].values())))
-    folds = min(FOLDS, len(order))
     errors: list[float] = []
-    for fold in range(folds):
-        held = set(order[fold::folds])
+    for held in _folds(list(by_shape)):
         train = [s for s in samples if (s.group, s.shape) not in held]
         if not train:
             continue
@@ -221,19 +249,70 @@ def _held_out_error(kind: str, samples: Sequence[Sample]) -> float | None:
     return float(np.sqrt(np.mean(np.square(errors))))
 
 
-def fit_model(samples: Sequence[Sample]) -> Model | None:
+def _slope(predicted: Sequence[float], measured: Sequence[float]) -> float:
+    """The least-squares ``a`` of measured ≈ a × predicted, within [0, 1]: a model that
+    over-states gains is shrunk, one that says nothing is 0; none is stretched."""
+    p, m = np.asarray(predicted), np.asarray(measured)
+    norm = float(p @ p)
+    return 0.0 if norm <= 0.0 else float(np.clip((p @ m) / norm, 0.0, 1.0))
+
+
+def _paired_error(
+    kind: str, samples: Sequence[Sample], pairs: Sequence[Pair]
+) -> tuple[float, float] | None:
+    """(error, scale) on the re-measured pairs: each held-out shape's pairs predicted by a
+    model fitted on the other shapes' samples, scaled by the slope (:func:`_slope`) fitted on
+    the other shapes' pairs, the RMS of the scaled prediction minus the measured log ratio;
+    the scale refitted on every pair. None without pairs on :data:`MIN_SHAPES` shapes."""
+    by_shape: dict[tuple[str, Shape], list[Pair]] = {}
+    for pair in pairs:
+        by_shape.setdefault((pair.group, pair.shape), []).append(pair)
+    if len(by_shape) < MIN_SHAPES:
+        return None
+    keys = list(by_shape) + [(s.group, s.shape) for s in samples]
+    predicted: dict[tuple[str, Shape], list[float]] = {}
+    for held in _folds(keys):
+        train = [s for s in samples if (s.group, s.shape) not in held]
+        if not train:
+            return None
+        model = _fit(kind, train)
+        for key in held & by_shape.keys():
+            shape_pairs = by_shape[key]
+            x = np.array([p.x for p in shape_pairs])
+            base = np.array([p.x_default for p in shape_pairs])
+            predicted[key] = list(model.predict(x, key[0]) - model.predict(base, key[0]))
+    residuals: list[float] = []
+    for key, shape_pairs in by_shape.items():
+        others = [k for k in by_shape if k != key]
+        a = _slope(
+            [v for k in others for v in predicted[k]],
+            [p.log_ratio for k in others for p in by_shape[k]],
+        )
+        residuals += [p.log_ratio - a * v for p, v in zip(shape_pairs, predicted[key], strict=True)]
+    scale = _slope(
+        [v for k in by_shape for v in predicted[k]],
+        [p.log_ratio for k in by_shape for p in by_shape[k]],
+    )
+    return float(np.sqrt(np.mean(np.square(residuals)))), scale
+
+
+def fit_model(samples: Sequence[Sample], pairs: Sequence[Pair] = ()) -> Model | None:
     """The best cross-validated of the kinds (see the module docstring), refitted on every
-    sample; None when none has a measured error."""
+    sample; None when none has a measured error. With ``pairs`` on :data:`MIN_SHAPES` shapes
+    or more, each kind's error and scale are those on the pairs."""
     kinds = ["cost"]
     shapes = len({(s.group, s.shape) for s in samples})
     if len(samples) >= MIN_RECORDS_PER_FEATURE * len(FEATURES) and shapes >= MIN_SHAPES:
         kinds += ["loglinear", "within"]
     best: Model | None = None
     for kind in kinds:
-        error = _held_out_error(kind, samples)
+        paired = _paired_error(kind, samples, pairs)
+        error, scale = paired if paired is not None else (_held_out_error(kind, samples), 1.0)
         if error is None:
             continue
         if best is None or error < best.error:
             fitted = _fit(kind, samples)
-            best = Model(kind, fitted.coef, fitted.intercepts, error, fitted.records, shapes)
+            best = Model(
+                kind, fitted.coef, fitted.intercepts, error, fitted.records, shapes, scale=scale
+            )
     return best
