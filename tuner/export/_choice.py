@@ -4,10 +4,10 @@ For an untuned shape the candidates are the tilings of the nearest tuned shapes,
 it by the op's carry rules, and the op's default tiling; a latency model fitted on every record
 of the op (:mod:`tilewise.export._model`) predicts each, and a candidate wins only when it is
 predicted faster than the default (the predicted log gain times the model's scale) by more than
-the model's own held-out error. Evaluating the
-model needs the op's Python code, so the choice is made at export, once per grid cell, and
-written into the table (``choices``); the runtime and the C header look the asked shape's cell
-up and re-derive the chosen entry's tiling for it, so both give the same answer.
+the model's own held-out error. Evaluating the model needs the op's Python code, so the choice
+is made at export, once per grid cell, and written into the table (``choices``); the runtime
+and the C header look the asked shape's cell up and re-derive the chosen entry's tiling for
+it, so both give the same answer.
 
 The grid: each dim's *octave*, ``floor(log2(value + 1 - least))`` (``least`` is the dim's
 lowest value, 1, or 0 for a padding; an integer bit length, exact in Python and C), over the
