@@ -257,9 +257,15 @@ def run_split(op: str, split: str, args: argparse.Namespace) -> dict[str, Any]:
         db = store.open_store(train_url)
         try:
             with db.session() as s:
-                entries = load_entries(table_document(s, op=op)).entries
+                doc = table_document(s, op=op)
         finally:
             db.close()
+        entries = load_entries(doc).entries
+        # The choice grid's model: its kind, error and the share of its predicted gains kept.
+        models = [
+            {k: c["model"].get(k) for k in ("kind", "error", "scale", "records", "shapes")}
+            for c in doc.get("choices", [])
+        ]
         for i, dims in enumerate(held_out):
             shape = Shape(dims)
             answer = table.lookup(op, target=TARGET, dtype=DTYPE, shape=dims)
@@ -321,6 +327,7 @@ def run_split(op: str, split: str, args: argparse.Namespace) -> dict[str, Any]:
         "budget": args.budget,
         "rounds": args.rounds,
         "train_shapes": train,
+        "models": models,
         "machine": cpu_model(),
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="minutes"),
         "seconds": round(time.perf_counter() - started, 1),
