@@ -94,7 +94,10 @@ DATA: dict[str, list[dict[str, Any]]] = {
         dict(id=WORKER, host="host", pid=1, target="cpu-twin", device=None, status="busy",
              started_at=T0, last_heartbeat=T0),
     ],
-    "tw_job_assists": [dict(job_id=1, worker_id="host:2:cpu-twin:-", heartbeat_at=T0)],
+    "tw_job_assists": [
+        dict(job_id=1, worker_id="host:3:cpu-twin:-", heartbeat_at=T0),
+        dict(job_id=1, worker_id="host:2:cpu-twin:-", heartbeat_at=T0),
+    ],
     "tw_batches": [
         dict(id=1, name="build 7", force=False, created_at=T0,
              manifest={"budget": 8, "workloads": [{"op": "scale_relu_dropout",
@@ -208,10 +211,15 @@ def test_old_database_is_refused_then_upgrades_with_its_data(
     if "job_id" not in next(iter(before["tw_records"].values())):
         # Records older than tw_records.job_id belong to no job.
         assert all(r["job_id"] is None for r in after["tw_records"].values())
-    # A job's spent evaluations, counted on its row from 0007 on: its evaluation records (the
-    # ok one and the crashed one) where records name their job.
-    tagged = "job_id" in next(iter(before["tw_records"].values()))
-    assert after["tw_jobs"][(1,)]["spent_evals"] == (2 if tagged else 0)
+    if "spent_evals" not in before["tw_jobs"][(1,)]:
+        # A job's spent evaluations, counted on its row from 0007 on: its evaluation records
+        # (the ok one and the crashed one) where records name their job.
+        tagged = "job_id" in next(iter(before["tw_records"].values()))
+        assert after["tw_jobs"][(1,)]["spent_evals"] == (2 if tagged else 0)
+    if before.get("tw_job_assists") and "slot" not in next(iter(before["tw_job_assists"].values())):
+        # A job's assistants hold its slots 0, 1, ... from 0008 on, in their workers' order.
+        slots = {key[1]: row["slot"] for key, row in after["tw_job_assists"].items()}
+        assert slots == {"host:2:cpu-twin:-": 0, "host:3:cpu-twin:-": 1}
     if "toolchain" not in next(iter(before["tw_records"].values())):
         # Older than toolchains: measured with one not recorded, stale; the winner's history
         # starts with it.

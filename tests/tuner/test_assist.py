@@ -135,6 +135,42 @@ def test_assist_job_registers_at_most_max_assistants_on_the_job_with_most_left(
         assert not store.renew_assist(s, job_id=big.id, worker_id="c")
 
 
+def test_workers_registering_at_once_never_exceed_max_assistants(db: store.Store) -> None:
+    """Twelve workers register at once for a job that takes three assistants: three get it,
+    each in a slot of its own, and a slot freed by one that ends is taken by the next."""
+    job = queue_job(db, budget=50)
+    with db.session() as s:
+        assert store.claim_job(s, worker_id="holder", lease_seconds=60) is not None
+    start = threading.Barrier(12)
+    got: dict[str, int | None] = {}
+    errors: list[BaseException] = []
+
+    def register(name: str) -> None:
+        try:
+            start.wait(timeout=30)
+            with db.session() as s:
+                found = store.assist_job(s, worker_id=name, max_assistants=3, lease_seconds=60)
+            got[name] = None if found is None else found.id
+        except BaseException as exc:  # reported below, with the thread's name
+            errors.append(exc)
+
+    threads = [threading.Thread(target=register, args=(f"w{i}",)) for i in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors, errors
+    assistants = sorted(n for n, j in got.items() if j == job.id)
+    assert len(got) == 12 and len(assistants) == 3, got
+    with db.session() as s:
+        assert sorted(store.job_assistants(s, job_id=job.id)) == assistants
+        store.end_assist(s, job_id=job.id, worker_id=assistants[0])
+    with db.session() as s:
+        late = store.assist_job(s, worker_id="late", max_assistants=3, lease_seconds=60)
+        assert late is not None and late.id == job.id
+        assert store.assist_job(s, worker_id="later", max_assistants=3, lease_seconds=60) is None
+
+
 def tagged(
     db: store.Store, job: store.JobRow, worker_id: str, tiling: Tiling, counts: bool
 ) -> bool:

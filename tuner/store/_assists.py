@@ -8,12 +8,14 @@ transaction (``tw_jobs.spent_evals``), so that a job never spends more than its 
 
 from __future__ import annotations
 
+import random
 from collections.abc import Collection
 from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import and_, delete, exists, or_, select, update
 from sqlalchemy import func as sa_func
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from tilewise.errors import InputError
@@ -21,6 +23,9 @@ from tilewise.status import JobStatus, RecordSource, RecordStatus
 from tilewise.store._coerce import rowcount
 from tilewise.store._jobs import JobRow, job_row
 from tilewise.store._models import JobAssistModel, JobModel, RecordModel, WorkloadModel, utcnow
+
+#: The order a registration tries a job's free slots in (:func:`assist_job`).
+_SLOTS = random.Random()
 
 
 def _evaluation() -> Any:
@@ -95,15 +100,6 @@ def tag_record(
     return kept
 
 
-def _live_assistants(session: Session, *, job_id: int, since: datetime) -> int:
-    query = (
-        select(sa_func.count())
-        .select_from(JobAssistModel)
-        .where(JobAssistModel.job_id == job_id, JobAssistModel.heartbeat_at >= since)
-    )
-    return int(session.scalar(query) or 0)
-
-
 def assist_job(
     session: Session,
     *,
@@ -122,9 +118,12 @@ def assist_job(
     candidates' stale assistants are removed (their records stop counting for them). The
     assistant refreshes its row with :func:`renew_assist` and removes it with :func:`end_assist`.
 
-    Concurrency: the chosen job's row is locked (``FOR UPDATE``) before its assistants are
-    counted, so concurrent workers never exceed ``max_assistants``, and held for the count and
-    the insert only; SQLite has one writer.
+    Concurrency: an assistant takes one of the job's slots below ``max_assistants`` (its row's
+    ``slot``, unique per job), by an insert that does nothing where another worker holds that
+    slot; so concurrent workers never exceed ``max_assistants`` (of a fleet that sets one
+    number), and no row is locked. Workers registering at once try the free slots in random
+    orders, so that a taken slot costs a retry rather than a wait behind every other
+    registration. SQLite has one writer.
     """
     if not lease_seconds > 0:
         raise InputError(f"lease_seconds must be > 0, got {lease_seconds}")
@@ -147,8 +146,6 @@ def assist_job(
     left = {job_id: int(n) for job_id, n in session.execute(query).all()}
     if not left:
         return None  # an idle worker's usual poll: one statement
-    # Before any job's row is locked: workers that register at once queue on that lock, so it
-    # is held for the count and the insert only.
     session.execute(
         delete(JobAssistModel)
         .where(
@@ -160,24 +157,47 @@ def assist_job(
         .execution_options(synchronize_session=False)
     )
     for job_id in sorted(left, key=lambda j: (-left[j], j)):
-        locked = session.scalars(
-            select(JobModel)
-            .where(
-                JobModel.id == job_id,
-                JobModel.status == JobStatus.RUNNING,
-                JobModel.worker_id != worker_id,
+        taken = set(
+            session.scalars(select(JobAssistModel.slot).where(JobAssistModel.job_id == job_id))
+        )
+        free = [slot for slot in range(max_assistants) if slot not in taken]
+        _SLOTS.shuffle(free)
+        for slot in free:
+            if not _take_slot(session, job_id=job_id, worker_id=worker_id, slot=slot, now=now):
+                continue
+            job = session.scalars(
+                select(JobModel)
+                .where(
+                    JobModel.id == job_id,
+                    JobModel.status == JobStatus.RUNNING,
+                    JobModel.worker_id != worker_id,
+                )
+                .execution_options(populate_existing=True)
+            ).first()
+            if job is not None:
+                return job_row(job)
+            # It ended (or this worker took it over) since the candidates were read.
+            session.execute(
+                delete(JobAssistModel).where(
+                    JobAssistModel.job_id == job_id, JobAssistModel.worker_id == worker_id
+                )
             )
-            .with_for_update()
-            .execution_options(populate_existing=True)
-        ).first()
-        if locked is None:
-            continue
-        if _live_assistants(session, job_id=job_id, since=since) >= max_assistants:
-            continue
-        session.add(JobAssistModel(job_id=job_id, worker_id=worker_id, heartbeat_at=now))
-        session.flush()
-        return job_row(locked)
+            break
     return None
+
+
+def _take_slot(session: Session, *, job_id: int, worker_id: str, slot: int, now: datetime) -> bool:
+    """Insert ``worker_id``'s registration in ``slot`` of the job; False if the slot is taken
+    (on PostgreSQL, after the transaction that took it ends)."""
+    dialect = session.get_bind().dialect.name
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    taken = session.scalar(
+        insert(JobAssistModel)
+        .values(job_id=job_id, worker_id=worker_id, slot=slot, heartbeat_at=now)
+        .on_conflict_do_nothing()
+        .returning(JobAssistModel.slot)
+    )
+    return taken is not None
 
 
 def renew_assist(

@@ -26,6 +26,7 @@ from sqlalchemy import (
     MetaData,
     String,
     Text,
+    UniqueConstraint,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -237,15 +238,19 @@ class JobAssistModel(Base):
     """A worker assisting a running job: it tunes the job's study without holding its lease.
 
     Its records count for the job (see ``tilewise.store.tag_record``) while its row is here;
-    ``heartbeat_at`` is refreshed while it assists, and a row older than a lease is stale (not
-    counted against ``max_assistants_per_job``, removed by the next assistant of the job).
+    ``heartbeat_at`` is refreshed while it assists, and a row older than a lease is stale
+    (removed by the next assistant of the job). Each assistant takes one of the job's numbered
+    ``slot``s, below ``max_assistants_per_job``: the unique (job, slot) is what keeps a job's
+    assistants within that number, without locking the job's row.
     """
 
     __tablename__ = "tw_job_assists"
+    __table_args__ = (UniqueConstraint("job_id", "slot"),)
 
     job_id: Mapped[int] = mapped_column(ForeignKey("tw_jobs.id"), primary_key=True)
     worker_id: Mapped[str] = mapped_column(String(255), primary_key=True)
     heartbeat_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    slot: Mapped[int] = mapped_column(Integer())
 
 
 class WorkerModel(Base):
