@@ -281,11 +281,12 @@ def choices_of(
             profile = get_target(w.target)
             group = f"{profile.name}/{w.dtype}"
             default = spec.default_tiling(w.shape, w.dtype, profile)
+            default_key = default.key()
             found = measured[w.id]
             for tiling, latency in found.latencies.items():
                 x = features(spec, tiling, w.shape, w.dtype, profile, units.get(group))
                 if x is not None:
-                    is_default = tiling.key() == default.key()
+                    is_default = tiling.key() == default_key
                     samples.append(Sample(group, w.shape, x, math.log(latency), is_default))
             base = found.remeasured.get(default)
             x_default = features(spec, default, w.shape, w.dtype, profile, units.get(group))

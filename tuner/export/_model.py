@@ -160,6 +160,11 @@ class Model:
         }
 
 
+def _intercepts(rest: np.ndarray, onehot: np.ndarray, groups: Sequence[str]) -> dict[str, float]:
+    # Per group the mean of what the coefficients leave of the log latencies.
+    return {g: float(rest[onehot[:, i] > 0].mean()) for i, g in enumerate(groups)}
+
+
 def _fit(kind: str, samples: Sequence[Sample]) -> Model:
     x = np.array([s.x for s in samples], dtype=np.float64)
     y = np.array([s.log_us for s in samples], dtype=np.float64)
@@ -168,8 +173,7 @@ def _fit(kind: str, samples: Sequence[Sample]) -> Model:
     if kind == "cost":
         coef = np.zeros(len(FEATURES))
         coef[FEATURES.index("cost_us")] = 1.0
-        rest = y - x @ coef * math.log(2)
-        intercepts = {g: float(rest[onehot[:, i] > 0].mean()) for i, g in enumerate(groups)}
+        intercepts = _intercepts(y - x @ coef * math.log(2), onehot, groups)
     elif kind == "within":
         # Each shape's mean taken out of its features and latencies: the coefficients explain
         # how tilings of one shape differ, what a choice compares, not how shapes do.
@@ -181,14 +185,12 @@ def _fit(kind: str, samples: Sequence[Sample]) -> Model:
             xd[rows] -= x[rows].mean(axis=0)
             yd[rows] -= y[rows].mean()
         ridge = 1e-2 * np.sqrt(len(samples))
-        solved, *_ = np.linalg.lstsq(
+        coef, *_ = np.linalg.lstsq(
             np.vstack([xd * math.log(2), np.eye(len(FEATURES)) * ridge]),
             np.concatenate([yd, np.zeros(len(FEATURES))]),
             rcond=None,
         )
-        coef = solved
-        rest = y - x @ coef * math.log(2)
-        intercepts = {g: float(rest[onehot[:, i] > 0].mean()) for i, g in enumerate(groups)}
+        intercepts = _intercepts(y - x @ coef * math.log(2), onehot, groups)
     else:
         # A little ridge on the log2 features (not the intercepts) keeps collinear ones (bytes
         # and the cost model's time often move together) from trading huge opposite weights.

@@ -15,12 +15,11 @@ from typing import Any
 
 from sqlalchemy import and_, delete, exists, or_, select, update
 from sqlalchemy import func as sa_func
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from tilewise.errors import InputError
 from tilewise.status import JobStatus, RecordSource, RecordStatus
-from tilewise.store._coerce import rowcount
+from tilewise.store._coerce import conflict_insert, rowcount
 from tilewise.store._jobs import JobRow, job_row
 from tilewise.store._models import JobAssistModel, JobModel, RecordModel, WorkloadModel, utcnow
 
@@ -189,10 +188,8 @@ def assist_job(
 def _take_slot(session: Session, *, job_id: int, worker_id: str, slot: int, now: datetime) -> bool:
     """Insert ``worker_id``'s registration in ``slot`` of the job; False if the slot is taken
     (on PostgreSQL, after the transaction that took it ends)."""
-    dialect = session.get_bind().dialect.name
-    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
     taken = session.scalar(
-        insert(JobAssistModel)
+        conflict_insert(session)(JobAssistModel)
         .values(job_id=job_id, worker_id=worker_id, slot=slot, heartbeat_at=now)
         .on_conflict_do_nothing()
         .returning(JobAssistModel.slot)

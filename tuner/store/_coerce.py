@@ -5,6 +5,9 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any, TypeVar
 
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
 from tilewise.errors import InputError
 
 _E = TypeVar("_E", bound=StrEnum)
@@ -24,3 +27,10 @@ def rowcount(result: Any) -> int:
     """The rows an UPDATE matched."""
     # Session.execute is typed as returning Result; an UPDATE's result is a CursorResult.
     return int(result.rowcount)
+
+
+def conflict_insert(session: Session) -> Any:
+    """The ``insert`` of the session's dialect, whose statements take ``on_conflict_do_*``
+    (PostgreSQL's or SQLite's, the two the store runs on)."""
+    dialect = session.get_bind().dialect.name
+    return postgresql.insert if dialect == "postgresql" else sqlite.insert

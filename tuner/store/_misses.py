@@ -14,10 +14,10 @@ from typing import Any, cast
 
 from sqlalchemy import Table, and_, bindparam, case, exists, or_, select, true, tuple_, update
 from sqlalchemy import func as sa_func
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from tilewise.errors import InputError
+from tilewise.store._coerce import conflict_insert
 from tilewise.store._models import MissModel, TilingModel, WorkloadModel
 from tilewise.types import Shape
 
@@ -111,8 +111,7 @@ def record_misses(session: Session, *, misses: Sequence[MissRow], max_rows: int)
 
 
 def _insert(session: Session, misses: Sequence[MissRow]) -> None:
-    dialect = session.get_bind().dialect.name
-    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    insert = conflict_insert(session)
     for i in range(0, len(misses), _CHUNK):
         values = [
             {"op": m.op, "target": m.target, "dtype": m.dtype, "shape_key": m.shape.key(),
