@@ -23,16 +23,20 @@ from tilewise.kernels.ops._base import (
     itemsize,
     round_up,
 )
+from tilewise.kernels.ops._memo import kept_of
 from tilewise.kernels.targets import TargetProfile
 from tilewise.types import Tiling
 
 BASE_MN = (16, 32, 48, 64, 96, 128, 192, 256)
 BASE_K = (8, 16, 32, 64, 128, 256)
 CORE_SPLITS = (1, 2, 3, 4, 6, 8, 12, 16, 24)
+_SPLITS_DOWN = tuple(sorted(CORE_SPLITS, reverse=True))
 #: L0A/L0B double buffering, as the vendor tiling sets it.
 DB_L0AB = 2
 EPI_ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 _EPI_ROWS_DOWN = tuple(sorted(EPI_ROWS, reverse=True))
+#: Base blocks whose fit :func:`default_matmul` keeps per spec, dtype and target at most.
+_MAX_FITS = 1 << 14
 
 
 def c0(dtype: str) -> int:
@@ -52,8 +56,20 @@ def single_core(extent: int, cores: int) -> tuple[int, ...]:
 def _pieces(extent: int, cores: int) -> tuple[tuple[int, int], ...]:
     """(per-core extent, cores it takes) of each of ``single_core`` that takes at most
     ``cores``: in ascending order of the extent, so the cores taken never grow."""
-    pieces = ((single, -(-extent // single)) for single in single_core(extent, cores))
-    return tuple((single, used) for single, used in pieces if used <= cores)
+    # single_core's values in one pass: the per-core extent never grows with the split, so the
+    # splits from the largest down give them in ascending order, repeats side by side.
+    out = []
+    last = 0
+    for s in _SPLITS_DOWN:
+        if s > cores:
+            continue
+        single = -((-extent // s) // 16) * 16
+        if single != last:
+            last = single
+            used = -(-extent // single)
+            if used <= cores:
+                out.append((single, used))
+    return tuple(out)
 
 
 def default_split(m: int, n: int, cores: int) -> tuple[int, int]:
@@ -218,6 +234,45 @@ def fit_epilogue(
             tiling = tiling.replace(baseN=max(v for v in BASE_MN if v <= bn // 2))
         else:
             tiling = tiling.replace(baseM=max(v for v in BASE_MN if v <= bm // 2))
+
+
+def default_matmul(
+    spec: object,
+    dims: tuple[int, int, int],
+    dtype: str,
+    target: TargetProfile,
+    valid: Callable[[Tiling], bool],
+    objects: int = 1,
+) -> Tiling:
+    """The default tiling of an op of ``objects`` Matmul objects computing an m × n × k product
+    (``dims``) split over the cores by rows and columns (singleCoreM, singleCoreN): the split of
+    :func:`default_split`, the base block of :func:`default_base`, then :func:`fit_epilogue`
+    with the op's ``valid`` at the asked shape.
+
+    What the fit changes (epiRows, baseM, baseN) is kept per base block, for ``spec``,
+    ``dtype`` and ``target``: a new shape's default costs the split and the base block, the fit
+    once per base block. That is exact for the ops that use this: every candidate the fit tries
+    keeps the start's split and baseK and a base block no larger than the start's, so the
+    checks of ``valid`` that read the shape or the split (baseK within K and the base block
+    within a core's block, which default_base keeps to; the cores the split takes, which
+    default_split keeps to) pass for each of them, and the rest (the other rules of
+    :func:`cube_rules`, the buffers) read the base block's fields alone."""
+    m, n, k = dims
+    sm, sn = default_split(m, n, target.cube_cores)
+    base = default_base(sm, sn, k, dtype, target, objects)
+    fits: dict[tuple[int, ...], dict[str, int]] = kept_of(
+        spec, f"{dtype} default fit", target, dict
+    )
+    key = tuple(base.values())
+    fitted = fits.get(key)
+    if fitted is None:
+        start = Tiling.of_ints({**base, "singleCoreM": sm, "singleCoreN": sn})
+        done = fit_epilogue(start, valid)
+        fitted = {name: done[name] for name in ("baseM", "baseN", "epiRows")}
+        if len(fits) >= _MAX_FITS:
+            fits.clear()
+        fits[key] = fitted
+    return Tiling.of_ints({**base, **fitted, "singleCoreM": sm, "singleCoreN": sn})
 
 
 def cube_values(

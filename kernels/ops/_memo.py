@@ -19,11 +19,13 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from operator import itemgetter
-from typing import Any
+from typing import Any, TypeVar
 
 from tilewise.types import Shape, Tiling
 
-__all__ = ["ReadMemo", "memo_of"]
+__all__ = ["ReadMemo", "kept_of", "memo_of"]
+
+T = TypeVar("T")
 
 #: Plans per memo, results per plan: past these, results are computed, not kept (or the plan's
 #: results start again), so that a stream of unrelated tilings cannot grow the memo unbounded.
@@ -129,8 +131,25 @@ class ReadMemo:
 
 # By the ids of (owner, name, target), each with the objects it names: holding them keeps their
 # ids from being reused (a profile read from another ini is another target).
-_MEMOS: dict[tuple[int, str, int], tuple[object, object, ReadMemo]] = {}
+_MEMOS: dict[tuple[int, str, int], tuple[object, object, Any]] = {}
 _MEMOS_LOCK = threading.Lock()
+
+
+def kept_of(owner: object, name: str, target: object, make: Callable[[], T]) -> T:
+    """What ``make`` made for ``owner`` (a spec), ``name`` and ``target`` the first time it was
+    asked for them (made now when it was not, or when the registry was full and started
+    again). ``name`` tells apart what one spec keeps for one target: a dtype, or a dtype and
+    what is kept."""
+    key = (id(owner), name, id(target))
+    found = _MEMOS.get(key)
+    if found is not None and found[0] is owner and found[1] is target:
+        return found[2]  # type: ignore[no-any-return]
+    with _MEMOS_LOCK:
+        if len(_MEMOS) >= 256:
+            _MEMOS.clear()
+        made = make()
+        _MEMOS[key] = (owner, target, made)
+    return made
 
 
 def memo_of(
@@ -141,13 +160,4 @@ def memo_of(
 ) -> ReadMemo:
     """The memo of ``fn`` for ``owner`` (a spec), ``name`` (a dtype) and ``target``; ``fn`` is
     used when there is none yet."""
-    key = (id(owner), name, id(target))
-    found = _MEMOS.get(key)
-    if found is not None and found[0] is owner and found[1] is target:
-        return found[2]
-    with _MEMOS_LOCK:
-        if len(_MEMOS) >= 256:
-            _MEMOS.clear()
-        memo = ReadMemo(fn)
-        _MEMOS[key] = (owner, target, memo)
-    return memo
+    return kept_of(owner, name, target, lambda: ReadMemo(fn))

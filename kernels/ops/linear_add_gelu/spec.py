@@ -108,10 +108,13 @@ class LinearAddGelu(OpSpec):
         # In the spirit of matmul_tiling::MultiCoreMatmulTiling: use as many cube cores as the
         # split allows with the least work per core, start from the vendor's (128, 256, 64)
         # base block and shrink it until L0 fits, one A and one B block pair in L1.
-        sm, sn = cube.default_split(shape["M"], shape["N"], target.cube_cores)
-        base = cube.default_base(sm, sn, shape["K"], dtype, target)
-        tiling = Tiling.of_ints({**base, "singleCoreM": sm, "singleCoreN": sn})
-        return cube.fit_epilogue(tiling, lambda t: self.valid(t, shape, dtype, target))
+        return cube.default_matmul(
+            self,
+            (shape["M"], shape["N"], shape["K"]),
+            dtype,
+            target,
+            lambda t: self.valid(t, shape, dtype, target),
+        )
 
     def gm_args(self, shape: Shape, dtype: str) -> tuple[GmArg, ...]:
         m, n, k = shape["M"], shape["N"], shape["K"]

@@ -104,10 +104,14 @@ class SwigluMlp(OpSpec):
         # linear_add_gelu's heuristic: the split with the most cores and the least work each,
         # the vendor base block shrunk until both objects fit L0 and both C blocks fit UB, then
         # the largest epiRows.
-        sm, sn = cube.default_split(shape["T"], shape["I"], target.cube_cores)
-        base = cube.default_base(sm, sn, shape["H"], dtype, target, objects=OBJECTS)
-        tiling = Tiling.of_ints({**base, "singleCoreM": sm, "singleCoreN": sn})
-        return cube.fit_epilogue(tiling, lambda t: self.valid(t, shape, dtype, target))
+        return cube.default_matmul(
+            self,
+            (shape["T"], shape["I"], shape["H"]),
+            dtype,
+            target,
+            lambda t: self.valid(t, shape, dtype, target),
+            OBJECTS,
+        )
 
     def gm_args(self, shape: Shape, dtype: str) -> tuple[GmArg, ...]:
         t, h, i = shape["T"], shape["H"], shape["I"]

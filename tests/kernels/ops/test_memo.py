@@ -115,3 +115,51 @@ def test_the_base_block_domains_ascend() -> None:
     # default_base bisects them for the largest value within a cap.
     assert list(cube.BASE_MN) == sorted(cube.BASE_MN)
     assert list(cube.BASE_K) == sorted(cube.BASE_K)
+
+
+def test_a_splits_pieces_are_single_cores_splits_that_fit() -> None:
+    rng = random.Random(3)
+    extents = list(range(1, 2000)) + [rng.randint(1, 1 << 24) for _ in range(2000)]
+    for cores in (1, 2, 3, 7, 20, 24, 32):
+        for extent in extents:
+            expected = tuple(
+                (single, ceil_div(extent, single))
+                for single in cube.single_core(extent, cores)
+                if ceil_div(extent, single) <= cores
+            )
+            assert cube._pieces(extent, cores) == expected
+
+
+@pytest.mark.parametrize("name", ["linear_add_gelu", "swiglu_mlp"])
+def test_a_default_fit_kept_per_start_is_the_fit_of_the_asked_shape(name: str) -> None:
+    # default_matmul keeps the epilogue fit per base block; the fit done afresh at each
+    # asked shape must give the same tiling, and a valid one.
+    spec = get_op(name)
+    m, n, k = {"linear_add_gelu": ("M", "N", "K"), "swiglu_mlp": ("T", "I", "H")}[name]
+    objects = 2 if name == "swiglu_mlp" else 1
+    rng = random.Random(4)
+    for target in (get_target("ascend910b4"), get_target("cpu-twin")):
+        for dtype in spec.dtypes:
+            fits = 0
+            shapes = [
+                Shape(
+                    {
+                        m: rng.randint(1, 1 << rng.randint(1, 14)),
+                        n: 16 * rng.randint(1, 600),
+                        k: 16 * rng.randint(1, 600),
+                    }
+                )
+                for _ in range(300)
+            ]
+            starts = set()
+            for shape in shapes:
+                answer = spec.default_tiling(shape, dtype, target)
+                sm, sn = cube.default_split(shape[m], shape[n], target.cube_cores)
+                base = cube.default_base(sm, sn, shape[k], dtype, target, objects)
+                start = Tiling({**base, "singleCoreM": sm, "singleCoreN": sn})
+                starts.add(tuple(base.values()))
+                fresh = cube.fit_epilogue(start, lambda t: spec.valid(t, shape, dtype, target))
+                assert answer == fresh, (dtype, target.name, dict(shape))
+                assert spec.check(answer, shape, dtype, target).valid
+                fits += 1
+            assert len(starts) < fits / 4  # shapes shared base blocks: kept fits were used
