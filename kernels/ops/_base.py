@@ -362,6 +362,11 @@ class OpSpec(ABC):
     def default_tiling(self, shape: Shape, dtype: str, target: TargetProfile) -> Tiling:
         """The hand-written heuristic every tuned result is compared with. Always valid."""
 
+    def warm_defaults(self, dtype: str, target: TargetProfile) -> None:
+        """Fill what :meth:`default_tiling` keeps for any shape (a tiling table calls this when
+        it loads a group), so that a first-time shape pays only its own part; nothing to fill
+        for most ops."""
+
     # -- other shapes ------------------------------------------------------------------------
     def carry_rules(self, dtype: str, target: TargetProfile) -> CarryRules:
         """The tunables' carry rules, resolved for ``dtype`` and ``target`` (cached)."""

@@ -30,13 +30,13 @@ from tilewise.types import Tiling
 BASE_MN = (16, 32, 48, 64, 96, 128, 192, 256)
 BASE_K = (8, 16, 32, 64, 128, 256)
 CORE_SPLITS = (1, 2, 3, 4, 6, 8, 12, 16, 24)
+#: The base block (baseM, baseN, baseK) the vendor's tiling starts from.
+VENDOR_BASE = (128, 256, 64)
 _SPLITS_DOWN = tuple(sorted(CORE_SPLITS, reverse=True))
 #: L0A/L0B double buffering, as the vendor tiling sets it.
 DB_L0AB = 2
 EPI_ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 _EPI_ROWS_DOWN = tuple(sorted(EPI_ROWS, reverse=True))
-#: Base blocks whose fit :func:`default_matmul` keeps per spec, dtype and target at most.
-_MAX_FITS = 1 << 14
 
 
 def c0(dtype: str) -> int:
@@ -183,9 +183,10 @@ def default_base(
         i = bisect_right(domain, cap)
         return domain[i - 1] if i else domain[0]
 
-    bm = largest(BASE_MN, min(128, round_up(single_m, 16)))
-    bn = largest(BASE_MN, min(256, round_up(single_n, 16)))
-    bk = largest(BASE_K, min(64, round_up(k, c0(dtype))))
+    start_m, start_n, start_k = VENDOR_BASE
+    bm = largest(BASE_MN, min(start_m, round_up(single_m, 16)))
+    bn = largest(BASE_MN, min(start_n, round_up(single_n, 16)))
+    bk = largest(BASE_K, min(start_k, round_up(k, c0(dtype))))
 
     def l0(rows: int) -> int:
         return objects * DB_L0AB * rows * bk * size
@@ -251,15 +252,55 @@ def default_matmul(
 
     What the fit changes (epiRows, baseM, baseN) is kept per base block, for ``spec``,
     ``dtype`` and ``target``: a new shape's default costs the split and the base block, the fit
-    once per base block. That is exact for the ops that use this: every candidate the fit tries
-    keeps the start's split and baseK and a base block no larger than the start's, so the
-    checks of ``valid`` that read the shape or the split (baseK within K and the base block
-    within a core's block, which default_base keeps to; the cores the split takes, which
-    default_split keeps to) pass for each of them, and the rest (the other rules of
-    :func:`cube_rules`, the buffers) read the base block's fields alone."""
+    once per base block (:func:`warm_default_fits` fits them all ahead). That is exact for the
+    ops that use this: every candidate the fit tries keeps the start's split and baseK and a
+    base block no larger than the start's, so the checks of ``valid`` that read the shape or
+    the split (baseK within K and the base block within a core's block, which default_base
+    keeps to; the cores the split takes, which default_split keeps to) pass for each of them,
+    and the rest (the other rules of :func:`cube_rules`, the buffers) read the base block's
+    fields alone."""
     m, n, k = dims
     sm, sn = default_split(m, n, target.cube_cores)
     base = default_base(sm, sn, k, dtype, target, objects)
+    fitted = _fitted(spec, dtype, target, base, sm, sn, valid)
+    return Tiling.of_ints({**base, **fitted, "singleCoreM": sm, "singleCoreN": sn})
+
+
+def warm_default_fits(
+    spec: object,
+    dtype: str,
+    target: TargetProfile,
+    valid_at: Callable[[int, int, int], Callable[[Tiling], bool]],
+    objects: int = 1,
+) -> None:
+    """Fit every base block :func:`default_base` can start from, for :func:`default_matmul`.
+    ``valid_at(m, n, k)`` is the op's check at the shape of that product. default_base's start
+    depends on the split and K only through the capped sizes tried here; each is fitted at the
+    shape whose one core's block is the base block (a split of one core, where every check
+    that reads the shape passes as at any shape default_matmul meets)."""
+    warmed: list[bool] = kept_of(spec, f"{dtype} default fits warmed", target, list)
+    if warmed:
+        return
+    start_m, start_n, start_k = VENDOR_BASE
+    for sm in (v for v in BASE_MN if v <= start_m):
+        for sn in (v for v in BASE_MN if v <= start_n):
+            for k in (v for v in BASE_K if v <= start_k):
+                base = default_base(sm, sn, k, dtype, target, objects)
+                _fitted(spec, dtype, target, base, sm, sn, valid_at(sm, sn, k))
+    warmed.append(True)
+
+
+def _fitted(
+    spec: object,
+    dtype: str,
+    target: TargetProfile,
+    base: dict[str, int],
+    sm: int,
+    sn: int,
+    valid: Callable[[Tiling], bool],
+) -> dict[str, int]:
+    """The fields :func:`fit_epilogue` sets for ``base`` at the split (sm, sn), kept per base
+    block (see :func:`default_matmul`)."""
     fits: dict[tuple[int, ...], dict[str, int]] = kept_of(
         spec, f"{dtype} default fit", target, dict
     )
@@ -268,11 +309,10 @@ def default_matmul(
     if fitted is None:
         start = Tiling.of_ints({**base, "singleCoreM": sm, "singleCoreN": sn})
         done = fit_epilogue(start, valid)
-        fitted = {name: done[name] for name in ("baseM", "baseN", "epiRows")}
-        if len(fits) >= _MAX_FITS:
-            fits.clear()
-        fits[key] = fitted
-    return Tiling.of_ints({**base, **fitted, "singleCoreM": sm, "singleCoreN": sn})
+        # At most one per base block of the domains (a few hundred): no bound needed.
+        fits[key] = {name: done[name] for name in ("baseM", "baseN", "epiRows")}
+        fitted = fits[key]
+    return fitted
 
 
 def cube_values(

@@ -116,6 +116,10 @@ class Group:
         for e in self.entries:
             with contextlib.suppress(TilewiseError):
                 spec.valid(e.tiling, e.shape, dtype, profile)
+        # And what the op's default heuristic keeps for any shape: a first-time answer of the
+        # default (predicted_default, kept_default, measured_slower) then pays only its own part.
+        if self.entries:
+            spec.warm_defaults(dtype, profile)
         self.cache: dict[Any, Answer] = {}
         # Asked shapes without an exact entry, by dict key: [count, source of the answer].
         self.misses: dict[Any, list[Any]] = {}

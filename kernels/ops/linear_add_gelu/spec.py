@@ -9,7 +9,7 @@ iteration order) plus the epilogue's UB tile.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import ClassVar
 
 import numpy as np
@@ -115,6 +115,13 @@ class LinearAddGelu(OpSpec):
             target,
             lambda t: self.valid(t, shape, dtype, target),
         )
+
+    def warm_defaults(self, dtype: str, target: TargetProfile) -> None:
+        def valid_at(m: int, n: int, k: int) -> Callable[[Tiling], bool]:
+            shape = Shape({"M": m, "N": n, "K": k})
+            return lambda t: self.valid(t, shape, dtype, target)
+
+        cube.warm_default_fits(self, dtype, target, valid_at)
 
     def gm_args(self, shape: Shape, dtype: str) -> tuple[GmArg, ...]:
         m, n, k = shape["M"], shape["N"], shape["K"]

@@ -9,7 +9,7 @@ linear_add_gelu's. Tunables are linear_add_gelu's, one set for both matmuls.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import ClassVar
 
 import numpy as np
@@ -112,6 +112,13 @@ class SwigluMlp(OpSpec):
             lambda t: self.valid(t, shape, dtype, target),
             OBJECTS,
         )
+
+    def warm_defaults(self, dtype: str, target: TargetProfile) -> None:
+        def valid_at(m: int, n: int, k: int) -> Callable[[Tiling], bool]:
+            shape = Shape({"T": m, "I": n, "H": k})
+            return lambda t: self.valid(t, shape, dtype, target)
+
+        cube.warm_default_fits(self, dtype, target, valid_at, OBJECTS)
 
     def gm_args(self, shape: Shape, dtype: str) -> tuple[GmArg, ...]:
         t, h, i = shape["T"], shape["H"], shape["I"]
