@@ -18,6 +18,7 @@ from tilewise.kernels.ops._base import (
     Bound,
     Buffer,
     Carry,
+    OpSpec,
     Tunable,
     ceil_div,
     itemsize,
@@ -25,7 +26,7 @@ from tilewise.kernels.ops._base import (
 )
 from tilewise.kernels.ops._memo import kept_of
 from tilewise.kernels.targets import TargetProfile
-from tilewise.types import Tiling
+from tilewise.types import Shape, Tiling
 
 BASE_MN = (16, 32, 48, 64, 96, 128, 192, 256)
 BASE_K = (8, 16, 32, 64, 128, 256)
@@ -238,17 +239,17 @@ def fit_epilogue(
 
 
 def default_matmul(
-    spec: object,
-    dims: tuple[int, int, int],
+    spec: OpSpec,
+    shape: Shape,
+    dims: tuple[str, str, str],
     dtype: str,
     target: TargetProfile,
-    valid: Callable[[Tiling], bool],
     objects: int = 1,
 ) -> Tiling:
-    """The default tiling of an op of ``objects`` Matmul objects computing an m × n × k product
-    (``dims``) split over the cores by rows and columns (singleCoreM, singleCoreN): the split of
-    :func:`default_split`, the base block of :func:`default_base`, then :func:`fit_epilogue`
-    with the op's ``valid`` at the asked shape.
+    """The default tiling of an op of ``objects`` Matmul objects computing the m × n × k
+    product its ``dims`` name, split over the cores by rows and columns (singleCoreM,
+    singleCoreN): the split of :func:`default_split`, the base block of :func:`default_base`,
+    then :func:`fit_epilogue` with the op's :meth:`~OpSpec.valid` at ``shape``.
 
     What the fit changes (epiRows, baseM, baseN) is kept per base block, for ``spec``,
     ``dtype`` and ``target``: a new shape's default costs the split and the base block, the fit
@@ -259,25 +260,20 @@ def default_matmul(
     keeps to; the cores the split takes, which default_split keeps to) pass for each of them,
     and the rest (the other rules of :func:`cube_rules`, the buffers) read the base block's
     fields alone."""
-    m, n, k = dims
+    m, n, k = (shape[d] for d in dims)
     sm, sn = default_split(m, n, target.cube_cores)
     base = default_base(sm, sn, k, dtype, target, objects)
-    fitted = _fitted(spec, dtype, target, base, sm, sn, valid)
+    fitted = _fitted(spec, shape, dtype, target, base, sm, sn)
     return Tiling.of_ints({**base, **fitted, "singleCoreM": sm, "singleCoreN": sn})
 
 
 def warm_default_fits(
-    spec: object,
-    dtype: str,
-    target: TargetProfile,
-    valid_at: Callable[[int, int, int], Callable[[Tiling], bool]],
-    objects: int = 1,
+    spec: OpSpec, dims: tuple[str, str, str], dtype: str, target: TargetProfile, objects: int = 1
 ) -> None:
     """Fit every base block :func:`default_base` can start from, for :func:`default_matmul`.
-    ``valid_at(m, n, k)`` is the op's check at the shape of that product. default_base's start
-    depends on the split and K only through the capped sizes tried here; each is fitted at the
-    shape whose one core's block is the base block (a split of one core, where every check
-    that reads the shape passes as at any shape default_matmul meets)."""
+    default_base's start depends on the split and K only through the capped sizes tried here;
+    each is fitted at the shape whose one core's block is the base block (a split of one core,
+    where every check that reads the shape passes as at any shape default_matmul meets)."""
     warmed: list[bool] = kept_of(spec, f"{dtype} default fits warmed", target, list)
     if warmed:
         return
@@ -286,21 +282,22 @@ def warm_default_fits(
         for sn in (v for v in BASE_MN if v <= start_n):
             for k in (v for v in BASE_K if v <= start_k):
                 base = default_base(sm, sn, k, dtype, target, objects)
-                _fitted(spec, dtype, target, base, sm, sn, valid_at(sm, sn, k))
+                shape = Shape(dict(zip(dims, (sm, sn, k), strict=True)))
+                _fitted(spec, shape, dtype, target, base, sm, sn)
     warmed.append(True)
 
 
 def _fitted(
-    spec: object,
+    spec: OpSpec,
+    shape: Shape,
     dtype: str,
     target: TargetProfile,
     base: dict[str, int],
     sm: int,
     sn: int,
-    valid: Callable[[Tiling], bool],
 ) -> dict[str, int]:
-    """The fields :func:`fit_epilogue` sets for ``base`` at the split (sm, sn), kept per base
-    block (see :func:`default_matmul`)."""
+    """The fields :func:`fit_epilogue` sets for ``base`` at the split (sm, sn) of ``shape``,
+    kept per base block (see :func:`default_matmul`)."""
     fits: dict[tuple[int, ...], dict[str, int]] = kept_of(
         spec, f"{dtype} default fit", target, dict
     )
@@ -308,7 +305,7 @@ def _fitted(
     fitted = fits.get(key)
     if fitted is None:
         start = Tiling.of_ints({**base, "singleCoreM": sm, "singleCoreN": sn})
-        done = fit_epilogue(start, valid)
+        done = fit_epilogue(start, lambda t: spec.valid(t, shape, dtype, target))
         # At most one per base block of the domains (a few hundred): no bound needed.
         fits[key] = {name: done[name] for name in ("baseM", "baseN", "epiRows")}
         fitted = fits[key]

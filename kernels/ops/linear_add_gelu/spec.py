@@ -9,7 +9,7 @@ iteration order) plus the epilogue's UB tile.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import ClassVar
 
 import numpy as np
@@ -108,20 +108,10 @@ class LinearAddGelu(OpSpec):
         # In the spirit of matmul_tiling::MultiCoreMatmulTiling: use as many cube cores as the
         # split allows with the least work per core, start from the vendor's (128, 256, 64)
         # base block and shrink it until L0 fits, one A and one B block pair in L1.
-        return cube.default_matmul(
-            self,
-            (shape["M"], shape["N"], shape["K"]),
-            dtype,
-            target,
-            lambda t: self.valid(t, shape, dtype, target),
-        )
+        return cube.default_matmul(self, shape, ("M", "N", "K"), dtype, target)
 
     def warm_defaults(self, dtype: str, target: TargetProfile) -> None:
-        def valid_at(m: int, n: int, k: int) -> Callable[[Tiling], bool]:
-            shape = Shape({"M": m, "N": n, "K": k})
-            return lambda t: self.valid(t, shape, dtype, target)
-
-        cube.warm_default_fits(self, dtype, target, valid_at)
+        cube.warm_default_fits(self, ("M", "N", "K"), dtype, target)
 
     def gm_args(self, shape: Shape, dtype: str) -> tuple[GmArg, ...]:
         m, n, k = shape["M"], shape["N"], shape["K"]

@@ -9,7 +9,7 @@ linear_add_gelu's. Tunables are linear_add_gelu's, one set for both matmuls.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import ClassVar
 
 import numpy as np
@@ -104,21 +104,10 @@ class SwigluMlp(OpSpec):
         # linear_add_gelu's heuristic: the split with the most cores and the least work each,
         # the vendor base block shrunk until both objects fit L0 and both C blocks fit UB, then
         # the largest epiRows.
-        return cube.default_matmul(
-            self,
-            (shape["T"], shape["I"], shape["H"]),
-            dtype,
-            target,
-            lambda t: self.valid(t, shape, dtype, target),
-            OBJECTS,
-        )
+        return cube.default_matmul(self, shape, ("T", "I", "H"), dtype, target, OBJECTS)
 
     def warm_defaults(self, dtype: str, target: TargetProfile) -> None:
-        def valid_at(m: int, n: int, k: int) -> Callable[[Tiling], bool]:
-            shape = Shape({"T": m, "I": n, "H": k})
-            return lambda t: self.valid(t, shape, dtype, target)
-
-        cube.warm_default_fits(self, dtype, target, valid_at, OBJECTS)
+        cube.warm_default_fits(self, ("T", "I", "H"), dtype, target, OBJECTS)
 
     def gm_args(self, shape: Shape, dtype: str) -> tuple[GmArg, ...]:
         t, h, i = shape["T"], shape["H"], shape["I"]
