@@ -14,6 +14,7 @@ the ops without running them.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
@@ -37,8 +38,10 @@ Result = torch.Tensor | tuple[torch.Tensor, ...]
 DEVICE_TYPES = ("cpu", NPU)
 
 
-def _names(spec: OpSpec, role: str) -> list[str]:
-    return [name for name, r in spec.roles.items() if r == role]
+@functools.cache
+def _names(spec: OpSpec, role: str) -> tuple[str, ...]:
+    """The op's GM arguments of ``role`` in GM order (asked on every call)."""
+    return tuple(name for name, r in spec.roles.items() if r == role)
 
 
 def schema(spec: OpSpec) -> str:
@@ -62,7 +65,16 @@ def _bind(spec: OpSpec, tensors: Sequence[torch.Tensor]) -> dict[str, torch.Tens
         InputError: naming the first tensor that breaks a rule.
     """
     named = dict(zip(_names(spec, "in"), tensors, strict=True))
-    supported = [t for t, name in DTYPES.items() if name in spec.dtypes]
+    supported = _dtypes(spec)
+    # As a model calls: every tensor on the first one's device, of its dtype, both supported.
+    lead = tensors[0]
+    device, dtype = lead.device, lead.dtype
+    if (
+        device.type in DEVICE_TYPES
+        and dtype in supported
+        and all(t.device == device and t.dtype == dtype for t in tensors)
+    ):
+        return named
     first = ""
     for name, tensor in named.items():
         if tensor.device.type not in DEVICE_TYPES:
@@ -88,6 +100,12 @@ def _bind(spec: OpSpec, tensors: Sequence[torch.Tensor]) -> dict[str, torch.Tens
                 f"{named[first].dtype}: every tensor of a call has the same dtype"
             )
     return named
+
+
+@functools.cache
+def _dtypes(spec: OpSpec) -> tuple[torch.dtype, ...]:
+    """The torch dtypes of the op's kernels."""
+    return tuple(t for t, name in DTYPES.items() if name in spec.dtypes)
 
 
 def _output_shapes(
@@ -166,17 +184,30 @@ def runner(device_type: str) -> Runner:
 def _run_on_cpu(
     spec: OpSpec, named: Mapping[str, torch.Tensor], keywords: Mapping[str, Any]
 ) -> Result:
-    folded, lead = fold(spec, {name: tuple(t.shape) for name, t in named.items()})
-    # detach: .numpy() refuses a tensor that requires grad; reshape and contiguous copy only
-    # what is not contiguous already.
-    arrays = [t.detach().reshape(folded[name]).contiguous().numpy() for name, t in named.items()]
-    result = current_ops().call(spec.name, *arrays, **keywords)
-    written = result if isinstance(result, tuple) else (result,)
-    outputs = tuple(
-        torch.from_numpy(array).reshape(unfold(spec, name, array.shape, lead))
-        for name, array in zip(_names(spec, "out"), written, strict=True)
+    shapes = {name: tuple(t.shape) for name, t in named.items()}
+    folded, lead = fold(spec, shapes)
+    result = current_ops().call(
+        spec.name, *map(_array, named.values(), folded.values()), **keywords
     )
-    return outputs[0] if len(outputs) == 1 else outputs
+    written = result if isinstance(result, tuple) else (result,)
+    outputs = []
+    for name, array in zip(_names(spec, "out"), written, strict=True):
+        tensor = torch.from_numpy(array)
+        shape = unfold(spec, name, array.shape, lead) if lead else array.shape
+        outputs.append(tensor if shape == array.shape else tensor.reshape(shape))
+    return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+
+def _array(tensor: torch.Tensor, shape: tuple[int, ...]) -> Any:
+    """``tensor`` as a numpy array of ``shape`` sharing its memory, copied only where it is
+    not contiguous. Each step is a call into torch, so a step with nothing to do is left out
+    (a model's decode step makes several such calls per layer): detach only what requires grad
+    (``.numpy()`` refuses it), reshape only what has another shape."""
+    if tensor.requires_grad:
+        tensor = tensor.detach()
+    if tensor.shape != shape:
+        tensor = tensor.reshape(shape)
+    return tensor.contiguous().numpy()
 
 
 def _define(spec: OpSpec) -> CustomOpDef:
