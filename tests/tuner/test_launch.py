@@ -260,6 +260,22 @@ def test_out_is_written_in_place(settings: Settings) -> None:
     assert_matches(LAG, ODD, "float32", g, out)
 
 
+def test_read_only_inputs_and_views_are_launched_from_their_own_data(settings: Settings) -> None:
+    # The launch reads each array's address through ctypes' from_buffer, which refuses a
+    # read-only buffer: such an input takes .ctypes instead, and gives the same result.
+    ops = load_ops(TilingTable([]), settings=settings)
+    g = _good()
+    expected = ops.linear_add_gelu(g["x"], g["w"], bias=g["bias"])
+    frozen = {name: value.copy() for name, value in g.items()}
+    for value in frozen.values():
+        value.flags.writeable = False
+    got = ops.linear_add_gelu(frozen["x"], frozen["w"], bias=frozen["bias"])
+    assert np.array_equal(got, expected)
+    # A view into a larger buffer, at an offset: its own data is launched, not the buffer's.
+    offset = np.concatenate([np.zeros(5, np.float32), g["bias"]])[5:]
+    assert np.array_equal(ops.linear_add_gelu(g["x"], g["w"], bias=offset), expected)
+
+
 def test_an_op_with_two_outputs_returns_and_takes_a_tuple(settings: Settings) -> None:
     grad = get_op("swiglu_grad")
     shape = grad.example_shapes()[-1]

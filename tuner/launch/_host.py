@@ -107,6 +107,7 @@ class Host:
         self.lock = threading.Lock()
         self._variants: dict[Path, Variant] = {}
         self._workspace = np.empty(0, np.uint8)
+        self._workspace_base = 0  # its page-aligned address, found when it is allocated
         atexit.register(self._close)
 
     def _close(self) -> None:
@@ -128,10 +129,10 @@ class Host:
         runner's (valid under the lock only: every launch reuses it)."""
         if self._workspace.size < nbytes + _PAGE:
             self._workspace = np.zeros(nbytes + _PAGE, np.uint8)
-        base = int(self._workspace.ctypes.data)
-        address = base + (-base) % _PAGE
-        ctypes.memset(address, 0, nbytes)
-        return address
+            base = int(self._workspace.ctypes.data)
+            self._workspace_base = base + (-base) % _PAGE
+        ctypes.memset(self._workspace_base, 0, nbytes)
+        return self._workspace_base
 
     def launch(
         self,
