@@ -47,18 +47,19 @@ def c0(dtype: str) -> int:
 
 @lru_cache(maxsize=4096)
 def single_core(extent: int, cores: int) -> tuple[int, ...]:
-    """Per-core extents of the core splits that fit ``cores``, multiples of 16."""
-    # round_up(ceil_div(extent, s), 16) inline, the default heuristics ask it per new shape:
-    # -extent // s is -ceil(extent / s), and -(-x // 16) * 16 rounds x up.
-    return tuple(sorted({-((-extent // s) // 16) * 16 for s in CORE_SPLITS if s <= cores}))
+    """Per-core extents of the core splits that fit ``cores``, multiples of 16, ascending."""
+    return tuple(single for single, _ in _pieces(extent, cores))
 
 
 @lru_cache(maxsize=4096)
 def _pieces(extent: int, cores: int) -> tuple[tuple[int, int], ...]:
-    """(per-core extent, cores it takes) of each of ``single_core`` that takes at most
-    ``cores``: in ascending order of the extent, so the cores taken never grow."""
-    # single_core's values in one pass: the per-core extent never grows with the split, so the
-    # splits from the largest down give them in ascending order, repeats side by side.
+    """(per-core extent, cores it takes) of each of ``single_core``: in ascending order of the
+    extent, so the cores taken never grow. A split of ``s`` cores takes at most ``s`` (its
+    per-core extent is at least extent / s), so every piece fits ``cores``."""
+    # One pass: the per-core extent never grows with the split, so the splits from the largest
+    # down give the extents in ascending order, repeats side by side. Inline, as the default
+    # heuristics ask it per new shape: -extent // s is -ceil(extent / s), and
+    # -(-x // 16) * 16 rounds x up to a multiple of 16.
     out = []
     last = 0
     for s in _SPLITS_DOWN:
@@ -67,9 +68,7 @@ def _pieces(extent: int, cores: int) -> tuple[tuple[int, int], ...]:
         single = -((-extent // s) // 16) * 16
         if single != last:
             last = single
-            used = -(-extent // single)
-            if used <= cores:
-                out.append((single, used))
+            out.append((single, -(-extent // single)))
     return tuple(out)
 
 

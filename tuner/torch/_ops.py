@@ -184,8 +184,7 @@ def runner(device_type: str) -> Runner:
 def _run_on_cpu(
     spec: OpSpec, named: Mapping[str, torch.Tensor], keywords: Mapping[str, Any]
 ) -> Result:
-    shapes = {name: tuple(t.shape) for name, t in named.items()}
-    folded, lead = fold(spec, shapes)
+    folded, lead = fold(spec, {name: tuple(t.shape) for name, t in named.items()})
     result = current_ops().call(
         spec.name, *map(_array, named.values(), folded.values()), **keywords
     )

@@ -117,17 +117,21 @@ def test_the_base_block_domains_ascend() -> None:
     assert list(cube.BASE_K) == sorted(cube.BASE_K)
 
 
-def test_a_splits_pieces_are_single_cores_splits_that_fit() -> None:
+def test_a_splits_pieces_are_the_core_splits_that_fit() -> None:
     rng = random.Random(3)
     extents = list(range(1, 2000)) + [rng.randint(1, 1 << 24) for _ in range(2000)]
     for cores in (1, 2, 3, 7, 20, 24, 32):
         for extent in extents:
+            # The definition: each split's per-core extent rounded up to 16, once, ascending.
+            splits = [s for s in cube.CORE_SPLITS if s <= cores]
+            singles = sorted({-(-ceil_div(extent, s) // 16) * 16 for s in splits})
             expected = tuple(
                 (single, ceil_div(extent, single))
-                for single in cube.single_core(extent, cores)
+                for single in singles
                 if ceil_div(extent, single) <= cores
             )
             assert cube._pieces(extent, cores) == expected
+            assert cube.single_core(extent, cores) == tuple(singles)
 
 
 @pytest.mark.parametrize("name", ["linear_add_gelu", "swiglu_mlp"])
