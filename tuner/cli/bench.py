@@ -227,6 +227,9 @@ def _table(report: dict[str, Any]) -> Table:
         table.add_column(f"ratio @{n}", justify="right")
     table.add_column("propose_s: median (late)", justify="right")
     table.add_column("s", justify="right")
+    against = any("against_tpe" in entry for entry in entries)
+    if against:
+        table.add_column("evals to 5% / TPE's \\[90% interval]", justify="right")
 
     def evals(q: dict[str, float]) -> str:
         return f"{q['median']:g} [{q['q1']:g}, {q['q3']:g}] {q['missed']}"
@@ -243,8 +246,16 @@ def _table(report: dict[str, Any]) -> Table:
             *ratios,
             _propose(entry["propose_s"]),
             f"{entry['seconds']:g}",
+            *([_against(entry.get("against_tpe"))] if against else []),
         )
     return table
+
+
+def _against(against: dict[str, Any] | None) -> str:
+    if against is None:
+        return "-"
+    ratio, (low, high) = against["evals_to_5pct"]["ratio"], against["evals_to_5pct"]["interval90"]
+    return f"{ratio:.2f} [{low:.2f}, {high:.2f}]"
 
 
 def _propose(times: dict[str, float | None]) -> str:

@@ -4,7 +4,10 @@ For every strategy and seed one :func:`~tilewise.search._replay.replay_search` r
 (in-memory Optuna storage); the replay target counts the evaluations. Per strategy the report
 gives the evaluations needed to get within 5% and 1% of the optimum (median and quartiles over
 the seeds; a run that never got there counts as ``budget + 1`` and is counted in ``missed``) and
-the median best-found / optimum ratio after 25, 50, 100 and 200 evaluations.
+the median best-found / optimum ratio after 25, 50, 100 and 200 evaluations. Each threshold also
+lists every run's count (``runs``, seed order), and where TPE ran, each other strategy's median
+over TPE's with a 90% bootstrap interval (``against_tpe``): how firm a verdict such as "at most
+2/3 of TPE's evaluations" is on that many seeds.
 
 With ``warm_from`` (another recorded space of the same op, e.g. a neighbouring shape) each
 strategy also runs as ``NAME+warm``: the best few configurations of that space which are feasible
@@ -122,7 +125,11 @@ def summarize(
         for key, fraction in THRESHOLDS.items():
             reached = [run.evaluations_to(optimum * (1 + fraction)) for run in result.runs]
             counts = [budget + 1 if r is None else r for r in reached]
-            entry[key] = {**_quartiles(counts), "missed": sum(r is None for r in reached)}
+            entry[key] = {
+                **_quartiles(counts),
+                "missed": sum(r is None for r in reached),
+                "runs": counts,
+            }
         entry["ratio_at"] = {
             str(n): _finite(float(np.median([_best_at(run, n) / optimum for run in result.runs])))
             for n in CHECKPOINTS
@@ -131,6 +138,14 @@ def summarize(
         entry["seconds"] = round(result.seconds, 1)
         entry["propose_s"] = summarize_times([run.propose for run in result.runs])
         strategies[result.name] = entry
+    baseline = strategies.get("tpe")
+    if baseline is not None:
+        for name, entry in strategies.items():
+            if name != "tpe":
+                entry["against_tpe"] = {
+                    key: median_ratio(entry[key]["runs"], baseline[key]["runs"])
+                    for key in THRESHOLDS
+                }
     return {
         "space": str(space.path),
         "configs": space.configs,
@@ -140,6 +155,25 @@ def summarize(
         "seeds": len(results[0].runs) if results else 0,
         "first_seed": results[0].seeds[0] if results and results[0].seeds else 0,
         "strategies": strategies,
+    }
+
+
+def median_ratio(
+    runs: Sequence[float], baseline: Sequence[float], *, resamples: int = 10_000
+) -> dict[str, Any]:
+    """median(runs) / median(baseline), and the 5th and 95th percentiles of that ratio over
+    ``resamples`` bootstrap resamples of each side's runs (drawn apart: the two strategies'
+    runs of one seed share nothing but the seed's number). Seeded: the same runs give the same
+    interval."""
+    rng = np.random.default_rng(0)
+    a, b = np.asarray(runs, dtype=float), np.asarray(baseline, dtype=float)
+    ratios = np.median(rng.choice(a, (resamples, len(a))), axis=1) / np.median(
+        rng.choice(b, (resamples, len(b))), axis=1
+    )
+    low, high = np.percentile(ratios, [5, 95])
+    return {
+        "ratio": round(float(np.median(a) / np.median(b)), 4),
+        "interval90": [round(float(low), 4), round(float(high), 4)],
     }
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from tilewise.errors import InputError
 from tilewise.search import ReplaySpace, make_sampler, replay_search
-from tilewise.search._bench import run_strategies
+from tilewise.search._bench import median_ratio, run_strategies, summarize
 
 ROWS = """a,b,const,time_ms
 1,10,7,5.0
@@ -165,9 +165,12 @@ def test_bench_search_json_schema(space_file: Path, tmp_path: Path) -> None:
     for entry in report["strategies"].values():
         for key in ("evals_to_5pct", "evals_to_1pct"):
             q = entry[key]
-            assert set(q) == {"median", "q1", "q3", "missed"}
+            assert set(q) == {"median", "q1", "q3", "missed", "runs"}
             # Five configurations: every run finds the optimum within the budget.
             assert q["missed"] == 0 and 1 <= q["q1"] <= q["median"] <= q["q3"] <= 5
+            assert len(q["runs"]) == 3 and all(1 <= r <= 5 for r in q["runs"])
+            assert q["median"] == sorted(q["runs"])[1]
+        assert "against_tpe" not in entry  # TPE did not run
         assert set(entry["ratio_at"]) == {"25"} and entry["ratio_at"]["25"] == 1.0
     assert plot.stat().st_size > 0
 
@@ -224,3 +227,31 @@ def test_bench_first_seed_runs_the_later_seeds(tmp_path: Path) -> None:
     assert (report["seeds"], report["first_seed"]) == (2, 2)
     refused = _tilewise(*args, "--first-seed", "-1", tmp_path=tmp_path)
     assert refused.returncode == 2 and "first seed must be at least 0" in refused.stderr
+
+
+def test_median_ratio_interval_holds_the_ratio_and_narrows_with_more_runs() -> None:
+    fast, slow = [10, 12, 14, 16, 18], [20, 24, 28, 32, 36]
+    few = median_ratio(fast, slow)
+    assert few["ratio"] == 0.5  # 14 / 28
+    low, high = few["interval90"]
+    assert low <= 0.5 <= high and low < high
+    assert median_ratio(fast, slow) == few  # seeded: the same runs, the same interval
+    many = median_ratio(fast * 8, slow * 8)
+    assert many["ratio"] == 0.5
+    assert many["interval90"][1] - many["interval90"][0] < high - low
+    # Identical runs on both sides: the ratio is 1 and so is every resample's.
+    assert median_ratio([7] * 6, [7] * 6) == {"ratio": 1.0, "interval90": [1.0, 1.0]}
+
+
+def test_bench_search_reports_each_strategy_against_tpe(tmp_path: Path) -> None:
+    path = tmp_path / "line.csv"
+    path.write_text("x,time_ms\n" + "".join(f"{i},{2.0 + i}\n" for i in range(40)))
+    space = ReplaySpace(path)
+    results = run_strategies(space, strategies=["tpe", "random"], budget=60, seeds=5)
+    report = summarize(space, results, budget=60)
+    tpe, random = report["strategies"]["tpe"], report["strategies"]["random"]
+    assert "against_tpe" not in tpe
+    for key in ("evals_to_5pct", "evals_to_1pct"):
+        expected = median_ratio(random[key]["runs"], tpe[key]["runs"])
+        assert random["against_tpe"][key] == expected
+        assert expected["ratio"] == round(random[key]["median"] / tpe[key]["median"], 4)
