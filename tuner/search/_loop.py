@@ -19,7 +19,6 @@ budget, a stop request).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 from abc import ABC, abstractmethod
@@ -123,10 +122,6 @@ class AskTellLoop(ABC, Generic[K, R]):
         """Whether another process is evaluating the configuration of ``trial`` now."""
         return False
 
-    def asking(self) -> contextlib.AbstractContextManager[None]:
-        """What each ask runs in (the storage's way of writing a trial's parameters)."""
-        return contextlib.nullcontext()
-
     def idle(self, result: R) -> bool:
         """Whether an evaluated configuration still spent no evaluation (it broke the
         restrictions of a recorded space, say): it counts towards :data:`MAX_IDLE`."""
@@ -144,8 +139,7 @@ class AskTellLoop(ABC, Generic[K, R]):
                 return
             self.counts.proposals += 1
             wall, cpu = self.timer.seconds, self.timer.cpu_seconds
-            with self.asking():
-                trial = self.study.ask(self.distributions)
+            trial = self.study.ask(self.distributions)
             key = self.key(trial.params)
             if key in self.seen:
                 result = self.seen[key]

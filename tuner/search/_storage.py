@@ -12,16 +12,14 @@ evaluation cost the database an eighth of the statements and a worker half the C
 
 from __future__ import annotations
 
-import contextlib
 import time
-from collections.abc import Generator, Iterator
+from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
 import optuna
 import sqlalchemy.exc
 from optuna.storages.journal import JournalFileBackend, JournalStorage
-from optuna.storages.journal._storage import JournalOperation
 
 from tilewise import store
 from tilewise.errors import StoreError
@@ -33,17 +31,10 @@ JOURNAL_SUFFIX = ".journal"
 class _Journal(JournalFileBackend):
     """Optuna's journal file, whose I/O errors (a full disk, an NFS mount gone away) are
     :class:`StoreError` naming the file: a worker then hands its job back and resumes it
-    later, as when it loses the database, instead of failing it for good.
-
-    Within :meth:`params_at_once`, a trial's parameters are held and appended in one write
-    when it ends: one lock of the file for all of them instead of one each. With 64 workers on
-    one study, the lock's waits took about a second of every proposal (twelve parameters, each
-    a write), and a trial whose parameters came one by one kept the other workers waiting to
-    see whether it was their tiling (``running_before``)."""
+    later, as when it loses the database, instead of failing it for good."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._held: list[dict[str, Any]] | None = None
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             super().__init__(str(path))
@@ -60,43 +51,10 @@ class _Journal(JournalFileBackend):
             raise self._error(exc) from exc
 
     def append_logs(self, logs: list[dict[str, Any]]) -> None:
-        if self._held is not None and all(
-            log.get("op_code") == JournalOperation.SET_TRIAL_PARAM for log in logs
-        ):
-            self._held.extend(logs)
-            return
         try:
             super().append_logs(logs)
         except OSError as exc:
             raise self._error(exc) from exc
-
-    @contextlib.contextmanager
-    def params_at_once(self) -> Iterator[None]:
-        """Hold the parameter writes made inside, then append them in one write. The storage
-        reads them back at its next call; meanwhile the trial object has them."""
-        self._held = []
-        try:
-            yield
-        finally:
-            held, self._held = self._held, None
-            if held:
-                self.append_logs(held)
-
-
-class _JournalStorage(JournalStorage):
-    """Optuna's journal storage on a :class:`_Journal`, which it names."""
-
-    def __init__(self, journal: _Journal) -> None:
-        super().__init__(journal)
-        self.journal = journal
-
-
-def params_at_once(storage: optuna.storages.BaseStorage) -> contextlib.AbstractContextManager[None]:
-    """Inside, a study on ``storage`` writes a new trial's parameters in one write where the
-    storage can (a journal file: :meth:`_Journal.params_at_once`), one by one elsewhere."""
-    if isinstance(storage, _JournalStorage):
-        return storage.journal.params_at_once()
-    return contextlib.nullcontext()
 
 
 def journal_path(directory: Path, study_name: str) -> Path:
@@ -116,7 +74,7 @@ def open_storage(
         sqlalchemy.exc.SQLAlchemyError: the database cannot be reached.
     """
     if journal_dir is not None:
-        return _JournalStorage(_Journal(journal_path(journal_dir, study_name)))
+        return JournalStorage(_Journal(journal_path(journal_dir, study_name)))
     # Workers starting together on a new database race to create Optuna's tables: the loser's
     # CREATE fails, and a second try finds the tables there.
     attempts = 5

@@ -42,7 +42,7 @@ from tilewise.search._loop import AskTellLoop, set_constraints
 from tilewise.search._remeasure import Measured
 from tilewise.search._running import running_before
 from tilewise.search._space import SearchSpace, distributions, tiling_from_params
-from tilewise.search._storage import close_storage, open_storage, params_at_once
+from tilewise.search._storage import close_storage, open_storage
 from tilewise.search._strategies import make_sampler
 from tilewise.search._warm import nearest_tuned_tilings
 from tilewise.settings import Settings
@@ -276,7 +276,6 @@ class Tuner(Evaluator):
         loop = _TunerLoop(
             self,
             study,
-            storage,
             budget=budget,
             progress=progress,
             started=started,
@@ -399,7 +398,6 @@ class _TunerLoop(AskTellLoop[str, Outcome]):
         self,
         tuner: Tuner,
         study: optuna.Study,
-        storage: optuna.storages.BaseStorage,
         *,
         budget: Budget,
         progress: Progress,
@@ -416,7 +414,6 @@ class _TunerLoop(AskTellLoop[str, Outcome]):
             counts=progress,
         )
         self.tuner, self.progress, self.default = tuner, progress, default
-        self.storage = storage
         self.seconds, self.started = budget.seconds, started
         self.on_progress, self.should_stop = on_progress, should_stop
         #: ``should_stop`` ended the loop.
@@ -440,9 +437,6 @@ class _TunerLoop(AskTellLoop[str, Outcome]):
             log.warning("every compile-time variant is rejected after its build: stopping")
             return True
         return False
-
-    def asking(self) -> contextlib.AbstractContextManager[None]:
-        return params_at_once(self.storage)
 
     def running_elsewhere(self, trial: optuna.Trial) -> bool:
         """Whether another worker is measuring this tiling now (:func:`running_before`): its

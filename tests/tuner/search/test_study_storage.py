@@ -12,7 +12,6 @@ import optuna_dashboard
 import pytest
 import sqlalchemy as sa
 from optuna.storages.journal import JournalFileBackend, JournalStorage
-from optuna.storages.journal._storage import JournalOperation
 from optuna.trial import TrialState
 from tests_support import wsgi_get
 
@@ -22,7 +21,7 @@ from tilewise.errors import StoreError
 from tilewise.kernels.ops import get_op
 from tilewise.kernels.targets import twin_target
 from tilewise.search import Budget, Tuner
-from tilewise.search._storage import journal_path, open_storage, params_at_once
+from tilewise.search._storage import journal_path
 from tilewise.settings import Settings
 from tilewise.store import RecordStatus
 from tilewise.types import Shape, Tiling
@@ -211,65 +210,3 @@ def test_the_setting_comes_from_the_environment(
     assert Settings().study_journal_dir == tmp_path / "tw-studies"
     monkeypatch.delenv("TILEWISE_STUDY_JOURNAL_DIR")
     assert Settings().study_journal_dir is None
-
-
-def test_a_trials_parameters_reach_the_journal_in_one_write(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # One write, one lock of the file: workers sharing a study wait for the lock once per
-    # trial, and never see a trial of theirs with part of its parameters.
-    writes: list[list[dict[str, Any]]] = []
-    append = JournalFileBackend.append_logs
-
-    def recorded(self: JournalFileBackend, logs: list[dict[str, Any]]) -> None:
-        writes.append(list(logs))
-        append(self, logs)
-
-    monkeypatch.setattr(JournalFileBackend, "append_logs", recorded)
-    settings = Settings(
-        db_url=f"sqlite:///{tmp_path / 'tw.db'}",
-        cache_dir=tmp_path / "cache",
-        study_journal_dir=tmp_path / "studies",
-    )
-    tuner = _tuner(settings)
-    _run(tuner, 5)
-
-    param = JournalOperation.SET_TRIAL_PARAM
-    with_params = [w for w in writes if any(log["op_code"] == param for log in w)]
-    names = {t.name for t in tuner.tunables}
-    assert len(with_params) >= 5 and len(names) > 1
-    for write in with_params:
-        assert all(log["op_code"] == param for log in write)
-        assert len({log["trial_id"] for log in write}) == 1
-        assert {log["param_name"] for log in write} == names
-    # Read back, every trial has them all.
-    _, trials = _trials(
-        journal_path(tmp_path / "studies", tuner.workload.study_name), tuner.workload.study_name
-    )
-    assert trials and all(set(t.params) == names for t in trials)
-
-
-def test_params_at_once_holds_only_parameters_and_writes_them_on_the_way_out(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    writes: list[list[int]] = []
-    append = JournalFileBackend.append_logs
-    monkeypatch.setattr(
-        JournalFileBackend,
-        "append_logs",
-        lambda self, logs: (writes.append([log["op_code"] for log in logs]), append(self, logs)),
-    )
-    storage = open_storage("sqlite://", "s", tmp_path)
-    study = optuna.create_study(study_name="s", storage=storage)
-    space = {n: optuna.distributions.CategoricalDistribution([1, 2, 3]) for n in "abc"}
-    writes.clear()
-    with pytest.raises(RuntimeError), params_at_once(storage):
-        trial = study.ask(space)  # the trial is created at once: its number is known
-        assert trial.number == 0 and writes == [[JournalOperation.CREATE_TRIAL]]
-        raise RuntimeError("the ask's caller failed")
-    assert writes[1:] == [[JournalOperation.SET_TRIAL_PARAM] * 3]
-    assert set(study.get_trials()[0].params) == set("abc")
-    # Outside, one write per parameter, as Optuna does.
-    writes.clear()
-    study.ask(space)
-    assert writes.count([JournalOperation.SET_TRIAL_PARAM]) == 3
