@@ -6,8 +6,8 @@ gives the evaluations needed to get within 5% and 1% of the optimum (median and 
 the seeds; a run that never got there counts as ``budget + 1`` and is counted in ``missed``) and
 the median best-found / optimum ratio after 25, 50, 100 and 200 evaluations. Each threshold also
 lists every run's count (``runs``, seed order), and where TPE ran, each other strategy's median
-over TPE's with a 90% bootstrap interval (``against_tpe``): how firm a verdict such as "at most
-2/3 of TPE's evaluations" is on that many seeds.
+over TPE's with a 90% bootstrap interval (``against_tpe``; a ``+warm`` run's over TPE's
+``+warm``): how firm a verdict such as "at most 2/3 of TPE's evaluations" is on that many seeds.
 
 With ``warm_from`` (another recorded space of the same op, e.g. a neighbouring shape) each
 strategy also runs as ``NAME+warm``: the best few configurations of that space which are feasible
@@ -138,14 +138,14 @@ def summarize(
         entry["seconds"] = round(result.seconds, 1)
         entry["propose_s"] = summarize_times([run.propose for run in result.runs])
         strategies[result.name] = entry
-    baseline = strategies.get("tpe")
-    if baseline is not None:
-        for name, entry in strategies.items():
-            if name != "tpe":
-                entry["against_tpe"] = {
-                    key: median_ratio(entry[key]["runs"], baseline[key]["runs"])
-                    for key in THRESHOLDS
-                }
+    for name, entry in strategies.items():
+        # A warm-started run against TPE warm-started from the same configurations.
+        tpe = "tpe" + (WARM_SUFFIX if name.endswith(WARM_SUFFIX) else "")
+        baseline = strategies.get(tpe)
+        if baseline is not None and name != tpe:
+            entry["against_tpe"] = {
+                key: median_ratio(entry[key]["runs"], baseline[key]["runs"]) for key in THRESHOLDS
+            }
     return {
         "space": str(space.path),
         "configs": space.configs,

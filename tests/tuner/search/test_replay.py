@@ -247,11 +247,16 @@ def test_bench_search_reports_each_strategy_against_tpe(tmp_path: Path) -> None:
     path = tmp_path / "line.csv"
     path.write_text("x,time_ms\n" + "".join(f"{i},{2.0 + i}\n" for i in range(40)))
     space = ReplaySpace(path)
-    results = run_strategies(space, strategies=["tpe", "random"], budget=60, seeds=5)
-    report = summarize(space, results, budget=60)
-    tpe, random = report["strategies"]["tpe"], report["strategies"]["random"]
-    assert "against_tpe" not in tpe
-    for key in ("evals_to_5pct", "evals_to_1pct"):
-        expected = median_ratio(random[key]["runs"], tpe[key]["runs"])
-        assert random["against_tpe"][key] == expected
-        assert expected["ratio"] == round(random[key]["median"] / tpe[key]["median"], 4)
+    warm = [{"x": 30}]
+    results = run_strategies(
+        space, strategies=["tpe", "random"], budget=60, seeds=5, warm_start=warm
+    )
+    strategies = summarize(space, results, budget=60)["strategies"]
+    assert "against_tpe" not in strategies["tpe"] and "against_tpe" not in strategies["tpe+warm"]
+    # Each run against TPE's of the same kind: cold against cold, warm against warm.
+    for name, tpe in (("random", "tpe"), ("random+warm", "tpe+warm")):
+        entry, baseline = strategies[name], strategies[tpe]
+        for key in ("evals_to_5pct", "evals_to_1pct"):
+            expected = median_ratio(entry[key]["runs"], baseline[key]["runs"])
+            assert entry["against_tpe"][key] == expected
+            assert expected["ratio"] == round(entry[key]["median"] / baseline[key]["median"], 4)
