@@ -18,10 +18,11 @@ from tilewise.cli._common import (
     settings_for,
     write_atomically,
 )
+from tilewise.kernels.backends import MeasureOptions
 from tilewise.types import Workload
 
 if TYPE_CHECKING:
-    from tilewise.export import GroupPortfolio, MeasureFn
+    from tilewise.export import GroupPortfolio, MeasureCellFn, MeasureFn
     from tilewise.search import Attempt
     from tilewise.settings import Settings
     from tilewise.store import Store
@@ -64,8 +65,9 @@ def export(
         bool,
         typer.Option(
             "--measure",
-            help="With --portfolio: measure on the target the tilings the records lack "
-            "(else they count as not covering).",
+            help="Measure on the target: with --portfolio the tilings the records lack (else "
+            "they count as not covering); without, each grid cell for untuned shapes, its "
+            "candidates side by side with the default (instead of the records' model).",
         ),
     ] = False,
     report: Annotated[
@@ -84,8 +86,8 @@ def export(
     try:
         if fmt not in FORMATS:
             raise InputError(f"unknown format {fmt!r}; one of: {', '.join(FORMATS)}")
-        if portfolio is None and (measure or report or within != 5.0):
-            raise InputError("--within, --measure and --report go with --portfolio K")
+        if portfolio is None and (report or within != 5.0):
+            raise InputError("--within and --report go with --portfolio K")
         exporting.canonical_filters(op, target, dtype)  # bad names fail before the DB
         path = output_path(output)
         from tilewise import store
@@ -97,7 +99,12 @@ def export(
             with db_handle.session() as session, ExitStack() as backends:
                 if portfolio is None:
                     doc = exporting.table_document(
-                        session, op=op, target=target, dtype=dtype, any_toolchain=any_toolchain
+                        session,
+                        op=op,
+                        target=target,
+                        dtype=dtype,
+                        any_toolchain=any_toolchain,
+                        measure_cells=_cell_measurer(settings, backends) if measure else None,
                     )
                 else:
                     doc, built = exporting.portfolio_document(
@@ -188,6 +195,39 @@ def _measurer(settings: Settings, backends: ExitStack, measured: list[_Measured]
         measured.append(_Measured(workload, tiling, attempt, env, backend.toolchain(target)))
         latency: float | None = attempt.latency_us
         return latency
+
+    return measure
+
+
+#: A grid cell's sample shape measures its contenders in this many rounds, each launch of a
+#: round after the first (checked) with these options.
+CELL_ROUNDS = 5
+CELL_ROUND = MeasureOptions(warmup=1, repeats=5, max_seconds=1.0)
+
+
+def _cell_measurer(settings: Settings, backends: ExitStack) -> MeasureCellFn:
+    """Measures tilings at a shape side by side on its target's backend (opened once per
+    target, closed with ``backends``): :meth:`tilewise.search.Measurer.side_by_side`. Nothing
+    is recorded: the shapes are a grid cell's samples, not workloads anyone asked for."""
+    from tilewise.kernels.backends import create_backend
+    from tilewise.search import Measurer
+
+    opened: dict[str, Any] = {}
+
+    def measure(spec: Any, target: Any, dtype: str, shape: Any, tilings: Any) -> Any:
+        if target.name not in opened:
+            opened[target.name] = backends.enter_context(
+                create_backend(target.backend, settings=settings, target=target)
+            )
+        measurer = Measurer(
+            spec=spec,
+            shape=shape,
+            dtype=dtype,
+            target=target,
+            backend=opened[target.name],
+            settings=settings,
+        )
+        return measurer.side_by_side(tilings, rounds=CELL_ROUNDS, per_round=CELL_ROUND)
 
     return measure
 

@@ -75,6 +75,7 @@ from tilewise.export._document import (
     table_document,
 )
 from tilewise.export._header import render_header
+from tilewise.export._measured_cells import MeasureCellFn
 from tilewise.export._portfolio import GroupPortfolio, MeasureFn, portfolio_document
 from tilewise.export._portfolio_doc import PortfolioGroup, load_portfolio
 
@@ -86,6 +87,7 @@ __all__ = [
     "Coverage",
     "GroupPortfolio",
     "Loaded",
+    "MeasureCellFn",
     "MeasureFn",
     "PortfolioGroup",
     "TableEntry",

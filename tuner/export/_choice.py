@@ -31,6 +31,13 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from tilewise.errors import InputError, TilewiseError
+from tilewise.export._measured_cells import (
+    KIND,
+    MeasureCellFn,
+    decide_measured,
+    measured_samples,
+    nearest_picks,
+)
 from tilewise.types import MAX_DIM, Shape, Tiling
 
 if TYPE_CHECKING:
@@ -125,11 +132,7 @@ def _decide(
 
     samples = _samples(spec, octaves, spans)
     here = np.array([spec.log_position(d, samples[0][d]) for d in spec.dims])
-    distance = np.abs(logs - here).sum(axis=1)
-    distance[~candidate] = np.inf
-    picks = [
-        int(i) for i in np.argsort(distance, kind="stable")[:neighbours] if np.isfinite(distance[i])
-    ]
+    picks = nearest_picks(logs, candidate, here, neighbours)
     if not picks:
         return -1, None
     worst = dict.fromkeys(picks, math.inf)
@@ -188,13 +191,16 @@ def build_choice(
     target: TargetProfile,
     dtype: str,
     entries: Sequence[TableEntry],
-    model: Model,
+    model: Model | None,
     *,
     max_cells: int = MAX_CELLS,
     neighbours: int = NEIGHBOURS,
+    measure: MeasureCellFn | None = None,
 ) -> Choice | None:
     """The grid of one (target, dtype) group of ``spec``'s current-version ``entries`` (see
-    the module docstring); None when it would exceed ``max_cells`` cells or has no entry."""
+    the module docstring); None when it would exceed ``max_cells`` cells or has no entry.
+    With ``measure`` each cell is decided by measuring on the target
+    (:mod:`tilewise.export._measured_cells`), else by ``model`` (needed then)."""
     from tilewise.export._document import checked_relative, is_default_tiling
 
     if not entries:
@@ -222,7 +228,23 @@ def build_choice(
     group = f"{target.name}/{dtype}"
     cells: list[int] = []
     gains: list[float | None] = []
+    spans = [n > 1 for n in size]
+    measured_shapes = 0
     for octaves in product(*(range(int(lo), int(h) + 1) for lo, h in zip(low, high, strict=True))):
+        if measure is not None:
+            samples = measured_samples(
+                spec, octaves, spans, [o == lo for o, lo in zip(octaves, low, strict=True)]
+            )
+            here = np.array([spec.log_position(d, samples[0][d]) for d in dims])
+            picks = nearest_picks(logs, candidate, here, neighbours)
+            measured_shapes += len(samples) if picks else 0
+            chosen, gain = decide_measured(
+                spec, target, dtype, samples, picks, relatives, rules, measure
+            )
+            cells.append(chosen)
+            gains.append(gain)
+            continue
+        assert model is not None
         chosen, gain = _decide(
             spec,
             target,
@@ -230,7 +252,7 @@ def build_choice(
             model,
             group,
             octaves,
-            [n > 1 for n in size],
+            spans,
             logs,
             candidate,
             relatives,
@@ -244,7 +266,7 @@ def build_choice(
         spec.version,
         target.name,
         dtype,
-        model.to_dict(),
+        _model_entry(model, measure is not None, measured_shapes),
         [e.shape for e in tuned],
         tuple(int(v) for v in low),
         size,
@@ -253,11 +275,28 @@ def build_choice(
     )
 
 
+def _model_entry(model: Model | None, measured: bool, shapes: int) -> dict[str, Any]:
+    """What a grid's ``model`` says: the model's parameters, or for a grid decided by
+    measuring its kind, the sample shapes measured and the model it stands in for (if any)."""
+    if not measured:
+        assert model is not None
+        return model.to_dict()
+    return {
+        "kind": KIND,
+        "sample_shapes": shapes,
+        "model": None if model is None else model.to_dict(),
+    }
+
+
 def choices_of(
-    session: Session, rows: Sequence[tuple[WorkloadRow, TilingRow]], entries: Sequence[TableEntry]
+    session: Session,
+    rows: Sequence[tuple[WorkloadRow, TilingRow]],
+    entries: Sequence[TableEntry],
+    measure: MeasureCellFn | None = None,
 ) -> list[Choice]:
     """Each current-version (op, target, dtype) group's grid, from a model of the op fitted on
-    every measured record of its current-version workloads in ``rows``."""
+    every measured record of its current-version workloads in ``rows``; with ``measure``
+    decided by measuring each cell on the target instead (a grid even where no model fits)."""
     from tilewise.export._model import Pair, Sample, features, fit_model
     from tilewise.kernels.ops import get_op
     from tilewise.kernels.targets import get_target
@@ -297,15 +336,16 @@ def choices_of(
                 if tiling != default and x is not None:
                     pairs.append(Pair(group, w.shape, x, x_default, math.log(latency / base)))
         model = fit_model(samples, pairs)
-        if model is None:
+        if model is None and measure is None:
             continue
-        model = replace(model, units=units)
+        if model is not None:
+            model = replace(model, units=units)
         groups: dict[tuple[str, str], list[TableEntry]] = {}
         for e in entries:
             if e.op == op and e.op_version == spec.version:
                 groups.setdefault((e.target, e.dtype), []).append(e)
         for (target, dtype), members in sorted(groups.items()):
-            grid = build_choice(spec, get_target(target), dtype, members, model)
+            grid = build_choice(spec, get_target(target), dtype, members, model, measure=measure)
             if grid is not None:
                 out.append(grid)
     return out

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from tilewise import __version__
 from tilewise.errors import InputError
 from tilewise.export._choice import Choice, choices_of, parse_choices
+from tilewise.export._measured_cells import MeasureCellFn
 from tilewise.types import DTYPES, MAX_DIM, Shape, Tiling, Workload
 
 if TYPE_CHECKING:
@@ -131,6 +132,7 @@ def table_document(
     target: str | None = None,
     dtype: str | None = None,
     any_toolchain: bool = False,
+    measure_cells: MeasureCellFn | None = None,
 ) -> dict[str, Any]:
     """The tiling table (best tiling per workload), optionally of one op, target and dtype.
 
@@ -139,6 +141,8 @@ def table_document(
     the current toolchain of their target on this host are included (a workload tuned only with
     another one is left out), unless ``any_toolchain``: then such a workload's most recent tiling
     stands in. A target whose toolchain is not known here (no CANN toolkit) is not filtered.
+    The choice grids for untuned shapes are decided by a model of the records, or with
+    ``measure_cells`` by measuring each cell on the target (:mod:`tilewise.export._measured_cells`).
 
     Raises:
         InputError: unknown op, target or dtype.
@@ -178,7 +182,7 @@ def table_document(
             if found is not None:
                 entry = replace(entry, carry_gain=found.gain, carry_slower=found.slower)
         entries.append(entry)
-    choices = choices_of(session, rows, entries)
+    choices = choices_of(session, rows, entries, measure_cells)
     return {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,

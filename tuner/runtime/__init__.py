@@ -19,8 +19,12 @@ The fallback order, and the ``source`` (and ``rule``) each rule answers with:
    cross-validated error (rule ``chosen``, source ``nearest``, ``predicted_gain`` the model's),
    or the default (rule ``predicted_default``, source ``default``) when no candidate was. The
    candidates were the tilings of the nearest tuned shapes and the default, decided at the
-   cell's middle shape when the table was exported. A chosen tiling that fails the op's
-   validity rules at the asked shape falls to the nearest rule below.
+   cell's middle shape when the table was exported. A grid exported with ``--measure`` was
+   decided by measuring instead: each candidate and the default side by side at the cell's
+   sample shapes on the target (:mod:`tilewise.export._measured_cells`); its answers are rule
+   ``measured_faster`` (a candidate faster beyond the noise at every sample shape,
+   ``predicted_gain`` the smallest measured gain) or ``measured_default``. A chosen tiling
+   that fails the op's validity rules at the asked shape falls to the nearest rule below.
 3. Else ``nearest`` (rule ``carried``): the tiling of the tuned shape of the same op, target
    and dtype nearest to the asked one, re-derived for the asked shape by the op's carry rules
    (``OpSpec.carry``, from the entry's relative form: a core split keeps its number of pieces,

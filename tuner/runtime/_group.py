@@ -15,9 +15,10 @@ import numpy as np
 
 from tilewise.errors import TilewiseError
 from tilewise.export import Choice, TableEntry, is_default_tiling
+from tilewise.export._measured_cells import KIND as MEASURED
 from tilewise.kernels.ops import OpSpec
 from tilewise.kernels.targets import TargetProfile
-from tilewise.runtime._answer import Answer
+from tilewise.runtime._answer import Answer, Rule
 from tilewise.runtime._cells import Cells
 from tilewise.types import Shape
 
@@ -47,6 +48,7 @@ class Group:
         "fast",
         "gains",
         "grid",
+        "grid_rules",
         "key",
         "least",
         "logs",
@@ -128,6 +130,8 @@ class Group:
         self.grid: tuple[tuple[str, int, int, int], ...] | None = None
         self.cells: list[int] = []
         self.gains: list[float | None] = []
+        # The rules a grid's answers name: (a candidate chosen, the default kept).
+        self.grid_rules: tuple[Rule, Rule] = ("chosen", "predicted_default")
         # The table's portfolio for the group (tilewise.runtime._portfolio.attach): it then
         # answers every shape.
         self.portfolio: Portfolio | None = None
@@ -160,6 +164,8 @@ class Group:
         )
         self.cells = [-1 if c < 0 else indices[c] for c in choice.cells]
         self.gains = list(choice.gains)
+        if choice.model.get("kind") == MEASURED:
+            self.grid_rules = ("measured_faster", "measured_default")
 
 
 def chosen(
@@ -180,7 +186,7 @@ def chosen(
     spec, dtype, profile = group.spec, group.dtype, group.profile
     if pick < 0:
         default = spec.default_tiling(asked, dtype, profile)
-        return Answer(default, "default", None, None, None, "predicted_default", gain)
+        return Answer(default, "default", None, None, None, group.grid_rules[1], gain)
     tiling = group.carry.derive(group.relatives[pick], asked)
     try:
         valid = tiling is not None and spec.valid(tiling, asked, dtype, profile)
@@ -192,7 +198,7 @@ def chosen(
     away = 0.0
     for tuned_log, value in zip(group.entry_logs[pick], positions, strict=True):
         away += abs(tuned_log - log2(value))  # OpSpec.log_position: log2(value + 1 - least)
-    return Answer(tiling, "nearest", workload, latency_us, away, "chosen", gain)
+    return Answer(tiling, "nearest", workload, latency_us, away, group.grid_rules[0], gain)
 
 
 def nearest(group: Group, asked: Shape, max_candidates: int) -> Answer | None:

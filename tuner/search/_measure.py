@@ -14,6 +14,7 @@ Evaluator` records each :class:`Attempt`, and ``tilewise check --run`` prints on
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -177,3 +178,27 @@ class Measurer:
                 constraints={run.status: 1.0},
             )
         return Attempt("run", RecordStatus.OK, check, build, run)
+
+    def side_by_side(
+        self, tilings: Mapping[str, Tiling], *, rounds: int, per_round: MeasureOptions
+    ) -> dict[str, list[float]]:
+        """Per-launch times (µs) of each of ``tilings`` by label, in ``rounds`` rounds that
+        visit each in turn, so that a busy moment of a shared machine slows all of them: the
+        first round is each one's :meth:`attempt` (checked against the reference), the others
+        unchecked launches with ``per_round``. A tiling whose attempt fails is left out; one
+        equal to an earlier label's is measured once and shares its times."""
+        unique: dict[Tiling, list[str]] = {}
+        for label, tiling in tilings.items():
+            unique.setdefault(tiling, []).append(label)
+        times: dict[Tiling, list[float]] = {}
+        builds: dict[Tiling, BuildResult] = {}
+        for tiling in unique:
+            attempt = self.attempt(tiling)
+            if attempt.status == RecordStatus.OK and attempt.build is not None and attempt.run:
+                builds[tiling], times[tiling] = attempt.build, list(attempt.run.samples_us)
+        for _ in range(rounds - 1):
+            for tiling, build in builds.items():
+                run = self.launch(build, tiling, check=False, measure=per_round)
+                if run.ok:
+                    times[tiling].extend(run.samples_us)
+        return {label: times[t] for t, labels in unique.items() if t in times for label in labels}

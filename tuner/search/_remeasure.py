@@ -17,6 +17,7 @@ from typing import Any
 from tilewise import store
 from tilewise.kernels.backends import MeasureOptions, RunResult
 from tilewise.search._evaluate import Evaluator, Outcome
+from tilewise.stats import FASTER_P, faster
 from tilewise.status import RecordSource
 from tilewise.store import RecordStatus
 from tilewise.types import Tiling
@@ -29,7 +30,7 @@ REMEASURE_ROUNDS = 3
 REMEASURE_WARM_S = 0.3
 #: The fastest contender replaces the default tiling only when a one-sided Mann-Whitney test
 #: says its re-measured times are smaller at this level (see beats_default).
-BEATS_DEFAULT_P = 0.05
+BEATS_DEFAULT_P = FASTER_P
 
 
 @dataclass(frozen=True)
@@ -210,17 +211,13 @@ def _kept(fastest: str, holder: str, samples: Mapping[str, list[float]], what: s
 
 
 def beats_default(candidate: list[float], default: list[float]) -> bool:
-    """Whether ``candidate``'s times are smaller than ``default``'s beyond noise.
+    """Whether ``candidate``'s times are smaller than ``default``'s beyond noise
+    (:func:`tilewise.stats.faster` at ``BEATS_DEFAULT_P``).
 
     On a shared machine the fastest of a few contenders within a percent or two of the default
     is as often the luckiest as the best; storing it would report a speedup that the next
     measurement does not show (a tuned tiling that then reads slower than the default). So a
-    contender must be faster in a one-sided Mann-Whitney test at ``BEATS_DEFAULT_P``: with the
-    default settings' 9 samples each (3 rounds of 3), times that all lie below the default's
-    pass easily (p = 2e-5), two overlapping sets do not.
+    contender must pass the test: with the default settings' 9 samples each (3 rounds of 3),
+    times that all lie below the default's pass easily, two overlapping sets do not.
     """
-    if not candidate or not default:
-        return False
-    from scipy.stats import mannwhitneyu  # scikit-learn's dependency; slow to import
-
-    return bool(mannwhitneyu(candidate, default, alternative="less").pvalue < BEATS_DEFAULT_P)
+    return faster(candidate, default, BEATS_DEFAULT_P)

@@ -1,0 +1,218 @@
+"""Grid cells decided by measuring (``tilewise export --measure``): synthetic measurements from
+a known truth, one cell's rule sample by sample, and the CLI measuring on the twin."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests_support import host_toolchain, portfolio_best, portfolio_record
+
+from tests.tuner.test_export_portfolio import tilewise
+from tests.tuner.test_runtime_choice import HELD_OUT, LAG, NEAR, TWIN, _ask, _exact_truth, _fill
+from tilewise import store as st
+from tilewise.export import table_document
+from tilewise.export._choice import cell_index, parse_choices
+from tilewise.export._measured_cells import decide_measured, measured_samples
+from tilewise.runtime import TilingTable
+from tilewise.types import Shape, Tiling, Workload
+
+
+class Truth:
+    """A measurement function: each tiling's times at a shape drawn around ``_exact_truth``
+    (2% noise, 15 samples), counting the shapes and tilings it was asked."""
+
+    def __init__(self, truth: str, seed: int = 3) -> None:
+        self.truth, self.rng = truth, random.Random(seed)
+        self.shapes: list[Shape] = []
+
+    def __call__(
+        self, spec: Any, target: Any, dtype: str, shape: Shape, tilings: Mapping[str, Tiling]
+    ) -> dict[str, list[float]]:
+        assert (spec, target, dtype) == (LAG, TWIN, "float32") and "default" in tilings
+        self.shapes.append(shape)
+        return {
+            label: [
+                _exact_truth(t, shape, self.truth) * math.exp(self.rng.gauss(0.0, 0.02))
+                for _ in range(15)
+            ]
+            for label, t in tilings.items()
+        }
+
+
+def _measured_doc(store: st.Store, stored: str, measure: Truth) -> dict[str, Any]:
+    with store.session() as session:
+        _fill(session, stored=stored)
+    with store.session() as session:
+        return table_document(session, op=LAG.name, measure_cells=measure)
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_measured_cells_choose_carried_tilings_where_they_are_faster(store: st.Store) -> None:
+    """Under a truth where carried tilings beat the default, a grid decided by measuring picks
+    them at most untuned shapes, and no answer is slower than the default by that truth."""
+    truth = Truth("fast copies")
+    doc = _measured_doc(store, "best", truth)
+    (choice,) = doc["choices"]
+    assert choice["model"]["kind"] == "measured"
+    assert choice["model"]["sample_shapes"] == len(truth.shapes) > len(choice["cells"])
+    table = TilingTable.from_document(doc)
+    chose, gains = 0, []
+    for dims in NEAR + HELD_OUT:
+        shape = Shape(dims)
+        default = LAG.default_tiling(shape, "float32", TWIN)
+        answer = _ask(table, dims)
+        assert answer.rule in ("measured_faster", "measured_default"), answer
+        if answer.rule == "measured_faster":
+            chose += 1
+            assert answer.source == "nearest" and answer.workload is not None
+            assert answer.predicted_gain is not None and answer.predicted_gain > 1.0
+            tuned = answer.workload.shape
+            exact = _ask(table, dict(tuned))
+            assert answer.tiling == LAG.carry(exact.tiling, tuned, shape, "float32", TWIN)
+        gain = _exact_truth(default, shape, "fast copies") / _exact_truth(
+            answer.tiling, shape, "fast copies"
+        )
+        assert gain >= 0.95, (dims, answer)
+        gains.append(gain)
+    assert chose >= 0.75 * len(NEAR + HELD_OUT), chose
+    assert sum(gains) / len(gains) > 1.5
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_measured_cells_keep_the_default_where_carried_tilings_are_slower(
+    store: st.Store,
+) -> None:
+    doc = _measured_doc(store, "worst", Truth("slow copies"))
+    (choice,) = doc["choices"]
+    assert set(choice["cells"]) == {-1}
+    table = TilingTable.from_document(doc)
+    for dims in HELD_OUT:
+        answer = _ask(table, dims)
+        assert (answer.source, answer.rule) == ("default", "measured_default"), (dims, answer)
+        assert answer.tiling == LAG.default_tiling(Shape(dims), "float32", TWIN)
+        assert answer.predicted_gain is None or answer.predicted_gain < 1.0
+
+
+def test_a_cell_samples_the_least_value_of_a_dim_at_its_lowest_octave() -> None:
+    """Every value below the grid's lowest octave is clamped into that cell, down to the dim's
+    least value: it is measured there too."""
+    inner = measured_samples(LAG, (5, 9, 9), (True, False, False), (False, True, True))
+    lowest = measured_samples(LAG, (5, 9, 9), (True, False, False), (True, True, True))
+    assert sorted(s["M"] for s in inner) == [32, 45, 63]
+    assert sorted(s["M"] for s in lowest) == [1, 32, 45, 63]
+    # N and K do not span the grid: their least value is not sampled either.
+    assert {(s["N"], s["K"]) for s in lowest} == {(724, 724)}
+
+
+def _cell() -> tuple[list[Shape], list[Tiling], Any]:
+    tuned = Shape({"M": 64, "N": 512, "K": 512})
+    tiling = portfolio_best(tuned)
+    rules = LAG.carry_rules("float32", TWIN)
+    samples = measured_samples(LAG, (6, 9, 9), (True, False, False), (False, False, False))
+    return samples, [rules.relative(tiling, tuned)], rules
+
+
+def _scripted(faster_at: set[int], samples: list[Shape]) -> Any:
+    """Times where the one candidate is 20% faster than the default at the sample shapes of
+    ``faster_at`` (indices into ``samples``) and 20% slower at the others."""
+    asked: list[int] = []
+
+    def measure(spec: Any, target: Any, dtype: str, shape: Shape, tilings: Any) -> Any:
+        index = samples.index(shape)
+        asked.append(index)
+        factor = 0.8 if index in faster_at else 1.2
+        return {
+            label: [
+                (100.0 if label == "default" else 100.0 * factor) * (1 + j / 100) for j in range(9)
+            ]
+            for label in tilings
+        }
+
+    measure.asked = asked  # type: ignore[attr-defined]
+    return measure
+
+
+def test_a_candidate_must_be_faster_at_every_sample_shape_of_its_cell() -> None:
+    samples, relatives, rules = _cell()
+    assert len(samples) == 3
+    every = _scripted({0, 1, 2}, samples)
+    assert decide_measured(LAG, TWIN, "float32", samples, [0], relatives, rules, every) == (
+        0,
+        1.25,
+    )
+    # Faster at the middle, slower at the cell's lowest M: the default, and the gain measured.
+    middle_only = _scripted({0}, samples)
+    chosen, gain = decide_measured(
+        LAG, TWIN, "float32", samples, [0], relatives, rules, middle_only
+    )
+    assert (chosen, gain) == (-1, round(100.0 / 120.0, 4))
+    # Slower at the first sample shape: not measured again at the others.
+    none = _scripted(set(), samples)
+    assert decide_measured(LAG, TWIN, "float32", samples, [0], relatives, rules, none)[0] == -1
+    assert none.asked == [0]
+
+
+def test_a_candidate_the_device_could_not_measure_is_not_chosen() -> None:
+    samples, relatives, rules = _cell()
+
+    def only_default(spec: Any, target: Any, dtype: str, shape: Shape, tilings: Any) -> Any:
+        return {"default": [100.0] * 9}
+
+    assert decide_measured(LAG, TWIN, "float32", samples, [0], relatives, rules, only_default) == (
+        -1,
+        None,
+    )
+    assert decide_measured(LAG, TWIN, "float32", samples, [], relatives, rules, only_default) == (
+        -1,
+        None,
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_cli_export_measure_decides_the_grid_on_the_twin(store: st.Store, tmp_path: Path) -> None:
+    """Two tuned shapes: ``--measure`` measures each cell's candidates on the twin; the grid
+    says so, and the runtime answers by it."""
+    small = [Shape({"M": 16, "N": 64, "K": 64}), Shape({"M": 128, "N": 64, "K": 64})]
+    with store.session() as session:
+        for shape in small:
+            workload = st.commit_workload(
+                session, Workload(LAG.name, LAG.version, "cpu-twin", "float32", shape)
+            )
+            best = portfolio_best(shape)
+            rid = portfolio_record(session, workload.id, best, 50.0)
+            portfolio_record(session, workload.id, LAG.default_tiling(shape, "float32", TWIN), 60.0)
+            st.upsert_tiling(
+                session, workload_id=workload.id, record_id=rid, tiling=best, latency_us=50.0,
+                default_latency_us=60.0, speedup=1.2, evaluations=2, toolchain=host_toolchain(),
+            )  # fmt: skip
+    out = tmp_path / "t.json"
+    done = tilewise(
+        "export", LAG.name, "--db", store.url, "--measure", "-o", str(out), tmp_path=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(out.read_text())
+    (choice,) = doc["choices"]
+    assert choice["model"]["kind"] == "measured" and choice["model"]["sample_shapes"] >= 4
+    assert len(choice["cells"]) == 4  # M's octaves 4..7; N and K one octave each
+    table = TilingTable.from_file(out)
+    assert table.rejected == []
+    (grid,), _ = parse_choices(doc["choices"])
+    for m in (1, 40, 100, 200):
+        shape = Shape({"M": m, "N": 64, "K": 64})
+        answer = _ask(table, dict(shape))
+        picked = grid.cells[cell_index(grid, LAG, shape)]
+        if picked < 0:
+            assert answer.rule == "measured_default"
+        else:
+            assert answer.rule == "measured_faster"
+            assert answer.workload is not None and answer.workload.shape == grid.shapes[picked]
+    # Nothing measured at the cells' sample shapes was recorded as a workload.
+    with store.session() as session:
+        assert len(st.best_tilings(session, op=LAG.name)) == 2

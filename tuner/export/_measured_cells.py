@@ -1,0 +1,137 @@
+"""Grid cells decided by measuring on the target, for an export that may (``tilewise export
+--measure``).
+
+A model fitted on a tune's records predicts how a carried tiling compares with the default,
+and on the twin those predictions were often not borne out (the records over-state a search's
+winners; a carried tiling's waves over the cores change between nearby shapes). Where the
+export can launch the op, it asks the device instead. For each cell of the grid
+(:mod:`tilewise.export._choice`), the tilings of the nearest tuned shapes are carried to the
+cell's sample shapes — its middle, each spanned dim's lowest and highest value in the cell, and,
+in a cell at the lowest octave of a spanned dim, that dim's least value, since every smaller
+asked value is clamped into the cell — and each sample shape measures its candidates and its own
+default side by side (:data:`MeasureCellFn`). A candidate is chosen only when it is faster than
+the default beyond the noise (:func:`tilewise.stats.faster`) at every sample shape; among
+those, the one with the largest smallest gain (the default's median time over its own). A
+candidate that fails at one sample shape is not measured at the next; where a candidate is
+the shape's default itself it neither gains nor loses there. The cell's gain is the
+chosen candidate's, or, where none was chosen, the best smallest gain measured (below or near
+1): a measured figure, not a prediction.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from tilewise.errors import TilewiseError
+from tilewise.stats import faster
+from tilewise.types import Shape, Tiling
+
+if TYPE_CHECKING:
+    from tilewise.kernels.ops import OpSpec
+    from tilewise.kernels.targets import TargetProfile
+
+#: Measures tilings at one shape side by side (interleaved rounds) on the target: the
+#: per-launch times of each (µs) by label; a label whose tiling failed to build or run is left
+#: out. Arguments: op, target, dtype, shape, tilings by label.
+MeasureCellFn = Callable[
+    ["OpSpec", "TargetProfile", str, Shape, Mapping[str, Tiling]], dict[str, list[float]]
+]
+
+#: The model entry of a grid decided by measuring (``Choice.model["kind"]``).
+KIND = "measured"
+
+
+def measured_samples(
+    spec: OpSpec, octaves: Sequence[int], spans: Sequence[bool], lowest: Sequence[bool]
+) -> list[Shape]:
+    """The shapes a cell is measured at (see the module docstring); ``spans`` says per dim
+    whether the grid spans more than one octave of it, ``lowest`` whether the cell is at the
+    grid's lowest octave of it."""
+    from tilewise.export._choice import _samples
+
+    out = _samples(spec, octaves, spans)
+    middle = out[0]
+    for dim, span, at_lowest in zip(spec.dims, spans, lowest, strict=True):
+        least = spec.dim_floors.get(dim, 1)
+        if span and at_lowest and least < min(s[dim] for s in out):
+            out.append(Shape({**dict(middle), dim: least}))
+    return out
+
+
+def decide_measured(
+    spec: OpSpec,
+    target: TargetProfile,
+    dtype: str,
+    samples: Sequence[Shape],
+    picks: Sequence[int],
+    relatives: Sequence[Tiling],
+    rules: Any,
+    measure: MeasureCellFn,
+) -> tuple[int, float | None]:
+    """One cell: (the chosen entry's index of ``picks`` or -1, the gain) by measuring each
+    pick's tiling carried to every shape of ``samples`` against its default (see the module
+    docstring)."""
+    carried: dict[int, list[Tiling]] = {}
+    for i in picks:
+        tilings = [_carried(spec, target, dtype, rules, relatives[i], s) for s in samples]
+        if all(t is not None for t in tilings):
+            carried[i] = tilings  # type: ignore[assignment]
+    gains: dict[int, float] = dict.fromkeys(carried, math.inf)
+    alive = set(carried)
+    for s, shape in enumerate(samples):
+        if not alive:
+            break
+        default = spec.default_tiling(shape, dtype, target)
+        contenders = {"default": default}
+        for i in sorted(alive):
+            if carried[i][s] != default:
+                contenders[carried[i][s].key()] = carried[i][s]
+        times = measure(spec, target, dtype, shape, contenders) if len(contenders) > 1 else {}
+        base = times.get("default")
+        for i in sorted(alive):
+            tiling = carried[i][s]
+            if tiling == default:
+                continue  # the default itself at this shape: nothing to lose or gain
+            mine = times.get(tiling.key())
+            if not base or not mine:
+                alive.discard(i)
+                continue
+            gains[i] = min(gains[i], statistics.median(base) / statistics.median(mine))
+            if not faster(mine, base):
+                alive.discard(i)
+    # A candidate equal to the default at every sample (gain never measured) is no choice.
+    chosen = [i for i in alive if math.isfinite(gains[i]) and gains[i] > 1.0]
+    measured = [g for g in gains.values() if math.isfinite(g)]
+    if not chosen:
+        return -1, round(max(measured), 4) if measured else None
+    best = max(chosen, key=lambda i: (gains[i], -picks.index(i)))
+    return best, round(gains[best], 4)
+
+
+def _carried(
+    spec: OpSpec, target: TargetProfile, dtype: str, rules: Any, relative: Tiling, shape: Shape
+) -> Tiling | None:
+    """``relative`` re-derived at ``shape`` when it is valid there, else None."""
+    try:
+        spec.validate_shape(shape)
+        tiling = rules.derive(relative, shape)
+        return tiling if tiling is not None and spec.valid(tiling, shape, dtype, target) else None
+    except TilewiseError:
+        return None
+
+
+def nearest_picks(
+    logs: np.ndarray, candidate: np.ndarray, here: np.ndarray, neighbours: int
+) -> list[int]:
+    """The indices of the ``neighbours`` candidate entries nearest (log2, L1) to ``here``,
+    nearest first (ties: the smaller index)."""
+    distance = np.abs(logs - here).sum(axis=1)
+    distance[~candidate] = np.inf
+    return [
+        int(i) for i in np.argsort(distance, kind="stable")[:neighbours] if np.isfinite(distance[i])
+    ]
