@@ -15,6 +15,10 @@ with the other dims fixed, one where every dim moves):
      shape kept its default or its tiling was measured slower than the default at the other
      tuned shapes (the answer's ``rule``), with the tuned shape it came from and that shape's
      own tuned speedup;
+   * the answer of the same table exported with ``--measure`` (``measured``): its grid's cells
+     decided by measuring their candidates and the default side by side at each cell's sample
+     shapes on the twin (``measured_faster`` / ``measured_default``), none of them a held-out
+     shape;
    * beside it, the *copied* answer of the rule before carry rules: the stored tiling of the
      nearest tuned shape for which it is valid as it is (the default when none is);
    * unless ``--no-tune``, the shape is tuned *cold* (a fresh database) and *warm* (a copy of the
@@ -26,8 +30,9 @@ with the other dims fixed, one where every dim moves):
      re-measure uses (p < 0.05): ``slower`` / ``faster`` than the default, or neither;
    * from the records: the evaluations each tune needed to get within 5% of the best time
      either of them found (the tuned optimum as far as this budget knows);
-   * the share of the tuned gain the runtime's answer captured (:func:`captured`).
-3. Per split, a summary: the runtime's answer faster / the same / slower than the default by
+   * the share of the tuned gain the runtime's answer captured (:func:`captured`), by the model's
+     grid and by the measured one.
+3. Per split, a summary for each grid: its answer faster / the same / slower than the default by
    the test, and the mean captured share over the shapes a tune sped up by more than 2%.
 
 Prints the machine and date with the figures. Every number is measured on this machine's CPU
@@ -45,6 +50,7 @@ import statistics
 import sys
 import tempfile
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +62,7 @@ from tilewise.kernels.backends import MeasureOptions, create_backend
 from tilewise.kernels.ops import get_op
 from tilewise.kernels.targets import get_target
 from tilewise.runtime import TilingTable
-from tilewise.search import Budget, Tuner
+from tilewise.search import Budget, Tuner, cell_measurer
 from tilewise.settings import Settings
 from tilewise.status import RecordSource
 from tilewise.types import Shape, Tiling
@@ -212,21 +218,22 @@ def _median(samples: list[float]) -> float | None:
     return round(statistics.median(samples), 2) if samples else None
 
 
-def captured(row: dict[str, Any]) -> float | None:
-    """The share of the tuned gain the runtime's answer kept at a held-out shape: (1 - its time
-    over the default's) over (1 - the tuned time over the default's); None where no tune beat
-    the default by more than 2% (no gain to capture)."""
-    tuned, runtime = row.get("tuned_over_default"), row["carried_over_default"]
+def captured(row: dict[str, Any], ratio: str) -> float | None:
+    """The share of the tuned gain an answer kept at a held-out shape: (1 - its time over the
+    default's, ``row[ratio]``) over (1 - the tuned time over the default's); None where no tune
+    beat the default by more than 2% (no gain to capture)."""
+    tuned, runtime = row.get("tuned_over_default"), row[ratio]
     if tuned is None or runtime is None or tuned > 0.98:
         return None
     return round((1.0 - runtime) / (1.0 - tuned), 3)
 
 
-def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """How often the runtime's answer was faster / the same / slower than the default by the
-    test, and the mean share of the tuned gain it captured over the shapes that had one."""
-    verdicts = [r["carried_vs_default"] for r in rows]
-    shares = [r["captured"] for r in rows if r.get("captured") is not None]
+def summary(rows: list[dict[str, Any]], test: str, share: str) -> dict[str, Any]:
+    """How often an answer was faster / the same / slower than the default by the test
+    (``row[test]``), and the mean share of the tuned gain it captured (``row[share]``) over the
+    shapes that had one."""
+    verdicts = [r[test] for r in rows]
+    shares = [r[share] for r in rows if r.get(share) is not None]
     return {
         "shapes": len(rows),
         "faster": verdicts.count("faster"),
@@ -258,8 +265,16 @@ def run_split(op: str, split: str, args: argparse.Namespace) -> dict[str, Any]:
         try:
             with db.session() as s:
                 doc = table_document(s, op=op)
+            print(f"export {op} --measure", file=sys.stderr, flush=True)
+            measuring = time.perf_counter()
+            with db.session() as s, ExitStack() as backends:
+                measured_doc = table_document(
+                    s, op=op, measure_cells=cell_measurer(Settings(db_url=train_url), backends)
+                )
+            measure_s = round(time.perf_counter() - measuring, 1)
         finally:
             db.close()
+        measured_table = TilingTable.from_document(measured_doc)
         entries = load_entries(doc).entries
         # The choice grid's model: its kind, error and the share of its predicted gains kept.
         models = [
@@ -269,14 +284,17 @@ def run_split(op: str, split: str, args: argparse.Namespace) -> dict[str, Any]:
         for i, dims in enumerate(held_out):
             shape = Shape(dims)
             answer = table.lookup(op, target=TARGET, dtype=DTYPE, shape=dims)
+            by_measure = measured_table.lookup(op, target=TARGET, dtype=DTYPE, shape=dims)
             copied, copied_from = copied_answer(entries, op, shape)
             print(
-                f"held out {dims}: runtime says {answer.source} ({answer.rule})",
+                f"held out {dims}: runtime says {answer.source} ({answer.rule}), "
+                f"measured grid {by_measure.source} ({by_measure.rule})",
                 file=sys.stderr,
                 flush=True,
             )
             tilings = {
                 "carried": answer.tiling,
+                "measured": by_measure.tiling,
                 "copied": copied,
                 "default": spec.default_tiling(shape, DTYPE, target),
             }
@@ -297,6 +315,8 @@ def run_split(op: str, split: str, args: argparse.Namespace) -> dict[str, Any]:
                 "runtime_source": answer.source,
                 "runtime_rule": answer.rule,
                 "predicted_gain": answer.predicted_gain,
+                "measured_rule": by_measure.rule,
+                "measured_gain": by_measure.predicted_gain,
                 "neighbour": neighbour,
                 "neighbour_speedup": gains.get(frozenset(neighbour.items())),
                 "copied_from": copied_from,
@@ -305,7 +325,9 @@ def run_split(op: str, split: str, args: argparse.Namespace) -> dict[str, Any]:
                 "samples": {k: len(v) for k, v in samples.items()},
                 "carried_over_default": _ratio(us["carried"], us["default"]),
                 "copied_over_default": _ratio(us["copied"], us["default"]),
+                "measured_over_default": _ratio(us["measured"], us["default"]),
                 "carried_vs_default": verdict(samples["carried"], samples["default"]),
+                "measured_vs_default": verdict(samples["measured"], samples["default"]),
                 "copied_vs_default": verdict(samples["copied"], samples["default"]),
             }
             if tunes:
@@ -320,7 +342,8 @@ def run_split(op: str, split: str, args: argparse.Namespace) -> dict[str, Any]:
                 }
             rows.append(row)
     for row in rows:
-        row["captured"] = captured(row)
+        row["captured"] = captured(row, "carried_over_default")
+        row["measured_captured"] = captured(row, "measured_over_default")
     return {
         "op": op,
         "split": split,
@@ -328,11 +351,23 @@ def run_split(op: str, split: str, args: argparse.Namespace) -> dict[str, Any]:
         "rounds": args.rounds,
         "train_shapes": train,
         "models": models,
+        "measured_grid": {
+            k: measured_doc["choices"][0]["model"].get(k) if measured_doc["choices"] else None
+            for k in ("sample_shapes",)
+        }
+        | {
+            "cells": len(measured_doc["choices"][0]["cells"]) if measured_doc["choices"] else 0,
+            "chosen_cells": sum(c >= 0 for c in measured_doc["choices"][0]["cells"])
+            if measured_doc["choices"]
+            else 0,
+            "seconds": measure_s,
+        },
         "machine": cpu_model(),
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="minutes"),
         "seconds": round(time.perf_counter() - started, 1),
         "held_out": rows,
-        "summary": summary(rows),
+        "summary": summary(rows, "carried_vs_default", "captured"),
+        "measured_summary": summary(rows, "measured_vs_default", "measured_captured"),
     }
 
 
@@ -365,15 +400,19 @@ def main() -> None:
             f"{report['op']} {report['split']}, budget {report['budget']}, {report['machine']}, "
             f"{report['date']}, {report['seconds']} s"
         )
-        print("shape | rule | runtime/default (test) | copied/default (test) | tuned/default")
+        print(
+            "shape | rule | runtime/default (test) | measured rule | measured/default (test) | "
+            "copied/default (test) | tuned/default"
+        )
         for r in report["held_out"]:
             tuned = r.get("tuned_over_default") or math.nan
             print(
                 f"{r['shape']} | {r['runtime_rule']} | {r['carried_over_default']:.3f} "
-                f"({r['carried_vs_default']}) | {r['copied_over_default']:.3f} "
-                f"({r['copied_vs_default']}) | {tuned:.3f}"
+                f"({r['carried_vs_default']}) | {r['measured_rule']} | "
+                f"{r['measured_over_default']:.3f} ({r['measured_vs_default']}) | "
+                f"{r['copied_over_default']:.3f} ({r['copied_vs_default']}) | {tuned:.3f}"
             )
-        print(json.dumps(report["summary"]))
+        print(json.dumps(report["summary"]), json.dumps(report["measured_summary"]))
 
 
 if __name__ == "__main__":

@@ -61,6 +61,10 @@ def test_measured_cells_choose_carried_tilings_where_they_are_faster(store: st.S
     (choice,) = doc["choices"]
     assert choice["model"]["kind"] == "measured"
     assert choice["model"]["sample_shapes"] == len(truth.shapes) > len(choice["cells"])
+    # K, the same at every tuned shape, is measured there (not at its octave's middle, 724);
+    # M and N, which the tuned shapes span, one octave past them on each side.
+    assert {s["K"] for s in truth.shapes} == {512}
+    assert (choice["low"], choice["size"]) == ([5, 8, 9], [9, 5, 1])
     table = TilingTable.from_document(doc)
     chose, gains = 0, []
     for dims in NEAR + HELD_OUT:
@@ -200,7 +204,8 @@ def test_cli_export_measure_decides_the_grid_on_the_twin(store: st.Store, tmp_pa
     doc = json.loads(out.read_text())
     (choice,) = doc["choices"]
     assert choice["model"]["kind"] == "measured" and choice["model"]["sample_shapes"] >= 4
-    assert len(choice["cells"]) == 4  # M's octaves 4..7; N and K one octave each
+    # M's octaves 4..7 tuned, one more on each side; N and K one octave each.
+    assert (choice["low"], choice["size"]) == ([3, 6, 6], [6, 1, 1])
     table = TilingTable.from_file(out)
     assert table.rejected == []
     (grid,), _ = parse_choices(doc["choices"])

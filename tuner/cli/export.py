@@ -18,11 +18,10 @@ from tilewise.cli._common import (
     settings_for,
     write_atomically,
 )
-from tilewise.kernels.backends import MeasureOptions
 from tilewise.types import Workload
 
 if TYPE_CHECKING:
-    from tilewise.export import GroupPortfolio, MeasureCellFn, MeasureFn
+    from tilewise.export import GroupPortfolio, MeasureFn
     from tilewise.search import Attempt
     from tilewise.settings import Settings
     from tilewise.store import Store
@@ -81,6 +80,7 @@ def export(
     With --portfolio K, each tuned shape holds one of at most K tilings instead of its own."""
     from tilewise import export as exporting
     from tilewise.errors import InputError, TilewiseError
+    from tilewise.search import cell_measurer
 
     settings = settings_for(db)
     try:
@@ -104,7 +104,7 @@ def export(
                         target=target,
                         dtype=dtype,
                         any_toolchain=any_toolchain,
-                        measure_cells=_cell_measurer(settings, backends) if measure else None,
+                        measure_cells=cell_measurer(settings, backends) if measure else None,
                     )
                 else:
                     doc, built = exporting.portfolio_document(
@@ -195,39 +195,6 @@ def _measurer(settings: Settings, backends: ExitStack, measured: list[_Measured]
         measured.append(_Measured(workload, tiling, attempt, env, backend.toolchain(target)))
         latency: float | None = attempt.latency_us
         return latency
-
-    return measure
-
-
-#: A grid cell's sample shape measures its contenders in this many rounds, each launch of a
-#: round after the first (checked) with these options.
-CELL_ROUNDS = 5
-CELL_ROUND = MeasureOptions(warmup=1, repeats=5, max_seconds=1.0)
-
-
-def _cell_measurer(settings: Settings, backends: ExitStack) -> MeasureCellFn:
-    """Measures tilings at a shape side by side on its target's backend (opened once per
-    target, closed with ``backends``): :meth:`tilewise.search.Measurer.side_by_side`. Nothing
-    is recorded: the shapes are a grid cell's samples, not workloads anyone asked for."""
-    from tilewise.kernels.backends import create_backend
-    from tilewise.search import Measurer
-
-    opened: dict[str, Any] = {}
-
-    def measure(spec: Any, target: Any, dtype: str, shape: Any, tilings: Any) -> Any:
-        if target.name not in opened:
-            opened[target.name] = backends.enter_context(
-                create_backend(target.backend, settings=settings, target=target)
-            )
-        measurer = Measurer(
-            spec=spec,
-            shape=shape,
-            dtype=dtype,
-            target=target,
-            backend=opened[target.name],
-            settings=settings,
-        )
-        return measurer.side_by_side(tilings, rounds=CELL_ROUNDS, per_round=CELL_ROUND)
 
     return measure
 

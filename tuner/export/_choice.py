@@ -212,15 +212,26 @@ def build_choice(
         [[octave(e.shape[d], f) for d, f in zip(dims, floors, strict=True)] for e in tuned]
     )
     low, high = octs.min(axis=0), octs.max(axis=0)
+    if measure is not None:
+        # Measured, the grid reaches one octave past the tuned ones on each side of a dim it
+        # spans, where the cells stay few: the shapes just outside (a decode step's few tokens,
+        # a longer prompt) are decided where they are, not by the edge cell's samples.
+        spanned = high > low
+        wider = np.where(spanned, np.maximum(low - 1, 0), low), high + spanned
+        if math.prod(int(h - lo + 1) for lo, h in zip(*wider, strict=True)) <= max_cells:
+            low, high = wider
     size = tuple(int(h - lo + 1) for lo, h in zip(low, high, strict=True))
     if math.prod(size) > max_cells:
         return None
     logs = np.array([[spec.log_position(d, e.shape[d]) for d in dims] for e in tuned])
     relatives = [checked_relative(e, spec, target) for e in tuned]
+    # An entry that kept its default has no tiling of its own to carry. One measured slower
+    # than the default where it was carried to the other tuned shapes is no candidate for the
+    # model; measuring a cell asks the device at the cell itself, which says more.
     candidate = np.array(
         [
             not (e.is_default if e.is_default is not None else is_default_tiling(e))
-            and not e.carry_slower
+            and (measure is not None or not e.carry_slower)
             for e in tuned
         ]
     )
@@ -229,12 +240,17 @@ def build_choice(
     cells: list[int] = []
     gains: list[float | None] = []
     spans = [n > 1 for n in size]
+    # A dim the grid does not span is measured at the tuned shapes' (lower) median value.
+    fixed = {
+        d: sorted(e.shape[d] for e in tuned)[(len(tuned) - 1) // 2]
+        for d, span in zip(dims, spans, strict=True)
+        if not span
+    }
     measured_shapes = 0
     for octaves in product(*(range(int(lo), int(h) + 1) for lo, h in zip(low, high, strict=True))):
         if measure is not None:
-            samples = measured_samples(
-                spec, octaves, spans, [o == lo for o, lo in zip(octaves, low, strict=True)]
-            )
+            lowest = [o == lo for o, lo in zip(octaves, low, strict=True)]
+            samples = measured_samples(spec, octaves, spans, lowest, fixed)
             here = np.array([spec.log_position(d, samples[0][d]) for d in dims])
             picks = nearest_picks(logs, candidate, here, neighbours)
             measured_shapes += len(samples) if picks else 0

@@ -1,21 +1,22 @@
 """Grid cells decided by measuring on the target, for an export that may (``tilewise export
 --measure``).
 
-A model fitted on a tune's records predicts how a carried tiling compares with the default,
-and on the twin those predictions were often not borne out (the records over-state a search's
-winners; a carried tiling's waves over the cores change between nearby shapes). Where the
-export can launch the op, it asks the device instead. For each cell of the grid
-(:mod:`tilewise.export._choice`), the tilings of the nearest tuned shapes are carried to the
-cell's sample shapes — its middle, each spanned dim's lowest and highest value in the cell, and,
-in a cell at the lowest octave of a spanned dim, that dim's least value, since every smaller
-asked value is clamped into the cell — and each sample shape measures its candidates and its own
-default side by side (:data:`MeasureCellFn`). A candidate is chosen only when it is faster than
-the default beyond the noise (:func:`tilewise.stats.faster`) at every sample shape; among
-those, the one with the largest smallest gain (the default's median time over its own). A
-candidate that fails at one sample shape is not measured at the next; where a candidate is
-the shape's default itself it neither gains nor loses there. The cell's gain is the
-chosen candidate's, or, where none was chosen, the best smallest gain measured (below or near
-1): a measured figure, not a prediction.
+A model fitted on a tune's records predicts how a carried tiling compares with the default, and on
+the twin those predictions were often not borne out (the records over-state a search's winners; a
+carried tiling's waves over the cores change between nearby shapes). Where the export can launch
+the op, it asks the device instead. For each cell of the grid (:mod:`tilewise.export._choice`), the
+tilings of the nearest tuned shapes are carried to the cell's sample shapes — its middle, each
+spanned dim's lowest and highest value in the cell, and, in a cell at the lowest octave of a
+spanned dim, that dim's least value, since every smaller asked value is clamped into the cell; a
+dim the grid does not span (all tuned shapes in one of its octaves, as an LLM's projection sizes
+are) is held at the tuned shapes' median value — and each sample shape measures its candidates and
+its own default side by side (:data:`MeasureCellFn`). A candidate is chosen only when it is faster
+than the default beyond the noise (:func:`tilewise.stats.faster`) at every sample shape; among
+those, the one with the largest smallest gain (the default's median time over its own). A candidate
+that fails at one sample shape is not measured at the next; where a candidate is the shape's
+default itself it neither gains nor loses there. The cell's gain is the chosen candidate's, or,
+where none was chosen, the best smallest gain measured (below or near 1): a measured figure, not a
+prediction.
 """
 
 from __future__ import annotations
@@ -47,14 +48,21 @@ KIND = "measured"
 
 
 def measured_samples(
-    spec: OpSpec, octaves: Sequence[int], spans: Sequence[bool], lowest: Sequence[bool]
+    spec: OpSpec,
+    octaves: Sequence[int],
+    spans: Sequence[bool],
+    lowest: Sequence[bool],
+    fixed: Mapping[str, int] | None = None,
 ) -> list[Shape]:
     """The shapes a cell is measured at (see the module docstring); ``spans`` says per dim
     whether the grid spans more than one octave of it, ``lowest`` whether the cell is at the
-    grid's lowest octave of it."""
+    grid's lowest octave of it; ``fixed`` holds the value of each dim the grid does not span
+    (the tuned shapes', rather than the octave's middle, which nobody may ask)."""
     from tilewise.export._choice import _samples
 
     out = _samples(spec, octaves, spans)
+    if fixed:
+        out = [Shape({**dict(s), **fixed}) for s in out]
     middle = out[0]
     for dim, span, at_lowest in zip(spec.dims, spans, lowest, strict=True):
         least = spec.dim_floors.get(dim, 1)

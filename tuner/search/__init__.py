@@ -1,7 +1,7 @@
 """Search: Optuna studies over an op's tunables, with cheap rejections before any compile."""
 
 from tilewise.search._evaluate import JobTag, Progress
-from tilewise.search._measure import Attempt, Measurer
+from tilewise.search._measure import Attempt, Measurer, cell_measurer
 from tilewise.search._remeasure import Measured
 from tilewise.search._replay import ReplayResult, ReplayRun, ReplaySpace, replay_search
 from tilewise.search._space import SearchSpace
@@ -24,6 +24,7 @@ __all__ = [
     "SurrogateSampler",
     "TuneResult",
     "Tuner",
+    "cell_measurer",
     "make_sampler",
     "replay_search",
 ]

@@ -15,9 +15,11 @@ Evaluator` records each :class:`Attempt`, and ``tilewise check --run`` prints on
 from __future__ import annotations
 
 from collections.abc import Mapping
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from tilewise.export import MeasureCellFn
 from tilewise.kernels.backends import Backend, BuildLimits, BuildResult, MeasureOptions, RunResult
 from tilewise.kernels.ops import Check, OpSpec
 from tilewise.kernels.targets import TargetProfile
@@ -202,3 +204,38 @@ class Measurer:
                 if run.ok:
                     times[tiling].extend(run.samples_us)
         return {label: times[t] for t, labels in unique.items() if t in times for label in labels}
+
+
+#: A grid cell's sample shape measures its contenders in this many rounds, each launch of a
+#: round after the first (checked) with these options.
+CELL_ROUNDS = 5
+CELL_ROUND = MeasureOptions(warmup=1, repeats=5, max_seconds=1.0)
+
+
+def cell_measurer(settings: Settings, backends: ExitStack) -> MeasureCellFn:
+    """What ``tilewise export --measure`` measures a grid cell's sample shape with: tilings
+    side by side on the target's backend (opened once per target, closed with ``backends``),
+    :meth:`Measurer.side_by_side`. Nothing is recorded: the shapes are a cell's samples, not
+    workloads anyone asked for."""
+    from tilewise.kernels.backends import create_backend
+
+    opened: dict[str, Backend] = {}
+
+    def measure(
+        spec: OpSpec, target: TargetProfile, dtype: str, shape: Shape, tilings: Mapping[str, Tiling]
+    ) -> dict[str, list[float]]:
+        if target.name not in opened:
+            opened[target.name] = backends.enter_context(
+                create_backend(target.backend, settings=settings, target=target)
+            )
+        measurer = Measurer(
+            spec=spec,
+            shape=shape,
+            dtype=dtype,
+            target=target,
+            backend=opened[target.name],
+            settings=settings,
+        )
+        return measurer.side_by_side(tilings, rounds=CELL_ROUNDS, per_round=CELL_ROUND)
+
+    return measure
