@@ -10,13 +10,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from tests_support import host_toolchain, portfolio_best, portfolio_record
 
+from tests.tuner.test_export import COMPILERS, _ask_c, _build, _fields
 from tests.tuner.test_export_portfolio import tilewise
 from tests.tuner.test_runtime_choice import HELD_OUT, LAG, NEAR, TWIN, _ask, _exact_truth, _fill
 from tilewise import store as st
-from tilewise.export import table_document
+from tilewise.export import render_header, table_document
 from tilewise.export._choice import cell_index, parse_choices
 from tilewise.export._measured_cells import decide_measured, measured_samples
 from tilewise.runtime import TilingTable
@@ -221,3 +223,35 @@ def test_cli_export_measure_decides_the_grid_on_the_twin(store: st.Store, tmp_pa
     # Nothing measured at the cells' sample shapes was recorded as a workload.
     with store.session() as session:
         assert len(st.best_tilings(session, op=LAG.name)) == 2
+
+
+@pytest.mark.skipif(not COMPILERS, reason="no C compiler")
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+@pytest.mark.parametrize(("stored", "truth"), [("best", "fast copies"), ("worst", "slow copies")])
+def test_header_answers_from_the_measured_grid(
+    store: st.Store, stored: str, truth: str, tmp_path: Path
+) -> None:
+    """The header reads a measured grid (wider than the tuned octaves) as any other: the same
+    answer as Python's wherever Python's chosen tiling passes its checks."""
+    doc = _measured_doc(store, stored, Truth(truth))
+    header = tmp_path / "lag.h"
+    header.write_text(render_header(doc, op=LAG.name))
+    table = TilingTable.from_document(doc)
+    rng = np.random.default_rng(11)
+    sweep = [
+        (int(m), int(n), 512)
+        for m, n in zip(2 ** rng.uniform(0, 14, 120), 2 ** rng.uniform(7, 13, 120), strict=True)
+    ]
+    queries = [("cpu-twin", "float32", s) for s in sweep]
+    compiler, std = COMPILERS[0]
+    exe = _build(header, LAG.name, tmp_path, compiler, std)
+    rules: dict[str, int] = {}
+    for (_, _, asked), c in zip(queries, _ask_c(exe, queries), strict=True):
+        py = _ask(table, dict(zip(LAG.dims, asked, strict=True)))
+        rules[py.rule] = rules.get(py.rule, 0) + 1
+        if py.rule == "measured_faster":
+            assert c == [1, *[py.tiling[f] for f in _fields(LAG, "cpu-twin", "float32", asked)]]
+        elif py.rule == "measured_default":
+            assert c == [0], asked
+    expected = "measured_faster" if stored == "best" else "measured_default"
+    assert rules.get(expected, 0) >= 0.9 * len(sweep), rules
