@@ -124,18 +124,18 @@ def _cell() -> tuple[list[Shape], list[Tiling], Any]:
     return samples, [rules.relative(tiling, tuned)], rules
 
 
-def _scripted(faster_at: set[int], samples: list[Shape]) -> Any:
-    """Times where the one candidate is 20% faster than the default at the sample shapes of
-    ``faster_at`` (indices into ``samples``) and 20% slower at the others."""
+def _scripted(factors: dict[int, float], samples: list[Shape]) -> Any:
+    """Times where the one candidate takes ``factors[i]`` of the default's time at sample shape
+    ``i`` (1.0: the same times), recording the sample shapes asked."""
     asked: list[int] = []
 
     def measure(spec: Any, target: Any, dtype: str, shape: Shape, tilings: Any) -> Any:
         index = samples.index(shape)
         asked.append(index)
-        factor = 0.8 if index in faster_at else 1.2
         return {
             label: [
-                (100.0 if label == "default" else 100.0 * factor) * (1 + j / 100) for j in range(9)
+                (1.0 if label == "default" else factors[index]) * 100.0 * (1 + j / 100)
+                for j in range(9)
             ]
             for label in tilings
         }
@@ -144,24 +144,28 @@ def _scripted(faster_at: set[int], samples: list[Shape]) -> Any:
     return measure
 
 
-def test_a_candidate_must_be_faster_at_every_sample_shape_of_its_cell() -> None:
+def _decide(factors: dict[int, float]) -> tuple[tuple[int, float | None], list[int]]:
     samples, relatives, rules = _cell()
     assert len(samples) == 3
-    every = _scripted({0, 1, 2}, samples)
-    assert decide_measured(LAG, TWIN, "float32", samples, [0], relatives, rules, every) == (
-        0,
-        1.25,
-    )
-    # Faster at the middle, slower at the cell's lowest M: the default, and the gain measured.
-    middle_only = _scripted({0}, samples)
-    chosen, gain = decide_measured(
-        LAG, TWIN, "float32", samples, [0], relatives, rules, middle_only
-    )
-    assert (chosen, gain) == (-1, round(100.0 / 120.0, 4))
+    measure = _scripted(factors, samples)
+    decided = decide_measured(LAG, TWIN, "float32", samples, [0], relatives, rules, measure)
+    return decided, measure.asked
+
+
+def test_a_candidate_must_be_faster_at_most_sample_shapes_and_slower_at_none() -> None:
+    # Faster everywhere: chosen, its gain the geometric mean over the sample shapes.
+    assert _decide({0: 0.8, 1: 0.8, 2: 0.8}) == ((0, 1.25), [0, 1, 2])
+    # Faster at two of three, the same at the third: chosen.
+    (chosen, gain), _ = _decide({0: 0.8, 1: 1.0, 2: 0.8})
+    assert chosen == 0 and gain == round((1.25 * 1.25) ** (1 / 3), 4)
+    # Faster at one of three only: the default, with the gain measured.
+    (chosen, gain), _ = _decide({0: 0.8, 1: 1.0, 2: 1.0})
+    assert chosen == -1 and gain == round(1.25 ** (1 / 3), 4)
+    # Faster at two, slower at the third (the cell's highest M): the default.
+    (chosen, gain), _ = _decide({0: 0.8, 1: 0.8, 2: 1.2})
+    assert chosen == -1
     # Slower at the first sample shape: not measured again at the others.
-    none = _scripted(set(), samples)
-    assert decide_measured(LAG, TWIN, "float32", samples, [0], relatives, rules, none)[0] == -1
-    assert none.asked == [0]
+    assert _decide({0: 1.2, 1: 0.8, 2: 0.8}) == ((-1, round(1 / 1.2, 4)), [0])
 
 
 def test_a_candidate_the_device_could_not_measure_is_not_chosen() -> None:

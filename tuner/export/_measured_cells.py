@@ -10,13 +10,14 @@ spanned dim's lowest and highest value in the cell, and, in a cell at the lowest
 spanned dim, that dim's least value, since every smaller asked value is clamped into the cell; a
 dim the grid does not span (all tuned shapes in one of its octaves, as an LLM's projection sizes
 are) is held at the tuned shapes' median value — and each sample shape measures its candidates and
-its own default side by side (:data:`MeasureCellFn`). A candidate is chosen only when it is faster
-than the default beyond the noise (:func:`tilewise.stats.faster`) at every sample shape; among
-those, the one with the largest smallest gain (the default's median time over its own). A candidate
-that fails at one sample shape is not measured at the next; where a candidate is the shape's
-default itself it neither gains nor loses there. The cell's gain is the chosen candidate's, or,
-where none was chosen, the best smallest gain measured (below or near 1): a measured figure, not a
-prediction.
+its own default side by side (:data:`MeasureCellFn`). A candidate is chosen when, against the
+default, it is faster beyond the noise (:func:`tilewise.stats.faster`) at most of the sample shapes
+where the two differ, slower beyond the noise at none, and ahead over them all (the geometric mean
+of the default's median time over its own, its *gain*, above 1); among those, the one with the
+largest gain. A candidate slower at one sample shape is not measured at the next; where a candidate
+is the shape's default itself it neither gains nor loses there. The cell's gain is the chosen
+candidate's or, where none was chosen, the best candidate's over the sample shapes it was measured
+at: a measured figure, not a prediction.
 """
 
 from __future__ import annotations
@@ -89,7 +90,10 @@ def decide_measured(
         tilings = [_carried(spec, target, dtype, rules, relatives[i], s) for s in samples]
         if all(t is not None for t in tilings):
             carried[i] = tilings  # type: ignore[assignment]
-    gains: dict[int, float] = dict.fromkeys(carried, math.inf)
+    # Per candidate, its log gain at each sample shape where it is not the default, and how
+    # many of those found it faster beyond the noise.
+    logs: dict[int, list[float]] = {i: [] for i in carried}
+    wins = dict.fromkeys(carried, 0)
     alive = set(carried)
     for s, shape in enumerate(samples):
         if not alive:
@@ -109,14 +113,17 @@ def decide_measured(
             if not base or not mine:
                 alive.discard(i)
                 continue
-            gains[i] = min(gains[i], statistics.median(base) / statistics.median(mine))
-            if not faster(mine, base):
+            logs[i].append(math.log(statistics.median(base) / statistics.median(mine)))
+            if faster(base, mine):  # the default faster: slower beyond the noise
                 alive.discard(i)
-    # A candidate equal to the default at every sample (gain never measured) is no choice.
-    chosen = [i for i in alive if math.isfinite(gains[i]) and gains[i] > 1.0]
-    measured = [g for g in gains.values() if math.isfinite(g)]
+            elif faster(mine, base):
+                wins[i] += 1
+    gains = {i: math.exp(statistics.fmean(v)) for i, v in logs.items() if v}
+    # Faster at most of its sample shapes, slower at none, and ahead over them all; one equal
+    # to the default at every sample shape (nothing measured) is no choice.
+    chosen = [i for i in alive if i in gains and 2 * wins[i] > len(logs[i]) and gains[i] > 1.0]
     if not chosen:
-        return -1, round(max(measured), 4) if measured else None
+        return -1, round(max(gains.values()), 4) if gains else None
     best = max(chosen, key=lambda i: (gains[i], -picks.index(i)))
     return best, round(gains[best], 4)
 

@@ -14,6 +14,7 @@ Evaluator` records each :class:`Attempt`, and ``tilewise check --run`` prints on
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -136,9 +137,9 @@ class Measurer:
             self.spec, tiling, self.shape, self.dtype, self.target, check
         )
 
-    def attempt(self, tiling: Tiling) -> Attempt:
-        """Check, build, run (checked against the reference) and measure ``tiling``, stopping
-        at the first stage it fails."""
+    def attempt(self, tiling: Tiling, measure: MeasureOptions | None = None) -> Attempt:
+        """Check, build, run (checked against the reference) and measure ``tiling`` (with
+        ``measure``, else the settings' options), stopping at the first stage it fails."""
         check = self.static_check(tiling)
         if not check.valid:
             bad = {k: v for k, v in check.constraints.items() if v > 0}
@@ -168,7 +169,7 @@ class Measurer:
             return Attempt(
                 "build", RecordStatus.INFEASIBLE, check, build, error=reason, constraints=over
             )
-        run = self.launch(build, tiling, check=True, measure=self.measure)
+        run = self.launch(build, tiling, check=True, measure=measure or self.measure)
         if not run.ok:
             return Attempt(
                 "run",
@@ -194,8 +195,11 @@ class Measurer:
             unique.setdefault(tiling, []).append(label)
         times: dict[Tiling, list[float]] = {}
         builds: dict[Tiling, BuildResult] = {}
-        for tiling in unique:
-            attempt = self.attempt(tiling)
+        # Only the first launch warms the host's cores up (the settings' warmup_s): the others
+        # follow it at once.
+        warm = dataclasses.replace(self.measure, warmup_s=0.0)
+        for n, tiling in enumerate(unique):
+            attempt = self.attempt(tiling, None if n == 0 else warm)
             if attempt.status == RecordStatus.OK and attempt.build is not None and attempt.run:
                 builds[tiling], times[tiling] = attempt.build, list(attempt.run.samples_us)
         for _ in range(rounds - 1):
