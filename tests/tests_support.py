@@ -97,6 +97,22 @@ def portfolio_record(session: Any, workload_id: int, tiling: Tiling, latency: fl
     return ok_record(session, workload_id, tiling, latency, spread=0.01)
 
 
+def tuned_best_and_default(session: Any, shapes: list[Shape]) -> None:
+    """Each of ``shapes`` tuned: its :func:`portfolio_best` at 50 µs stored as the winner, its
+    default measured at 60 µs; nothing else measured."""
+    for shape in shapes:
+        workload = st.commit_workload(
+            session, Workload(LAG.name, LAG.version, "cpu-twin", "float32", shape)
+        )
+        best = portfolio_best(shape)
+        rid = portfolio_record(session, workload.id, best, 50.0)
+        portfolio_record(session, workload.id, LAG.default_tiling(shape, "float32", TWIN), 60.0)
+        st.upsert_tiling(
+            session, workload_id=workload.id, record_id=rid, tiling=best, latency_us=50.0,
+            default_latency_us=60.0, speedup=1.2, evaluations=2, toolchain=host_toolchain(),
+        )  # fmt: skip
+
+
 def portfolio_tuned_set(session: Any) -> None:
     """Candidates A..D are the best tilings of shapes 0..3. Within 5%: A covers 0, 1, 2 (and was
     measured 20% slower at 3), B covers 0, 1, 2 (not measured at 3), D and the default cover 3

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from tests_support import host_toolchain, portfolio_best, portfolio_record
+from tests_support import portfolio_best, tuned_best_and_default
 
 from tests.tuner.test_export import COMPILERS, _ask_c, _build, _fields
 from tests.tuner.test_export_portfolio import tilewise
@@ -22,7 +22,7 @@ from tilewise.export import render_header, table_document
 from tilewise.export._choice import cell_index, parse_choices
 from tilewise.export._measured_cells import decide_measured, measured_samples
 from tilewise.runtime import TilingTable
-from tilewise.types import Shape, Tiling, Workload
+from tilewise.types import Shape, Tiling
 
 
 class Truth:
@@ -191,17 +191,7 @@ def test_cli_export_measure_decides_the_grid_on_the_twin(store: st.Store, tmp_pa
     says so, and the runtime answers by it."""
     small = [Shape({"M": 16, "N": 64, "K": 64}), Shape({"M": 128, "N": 64, "K": 64})]
     with store.session() as session:
-        for shape in small:
-            workload = st.commit_workload(
-                session, Workload(LAG.name, LAG.version, "cpu-twin", "float32", shape)
-            )
-            best = portfolio_best(shape)
-            rid = portfolio_record(session, workload.id, best, 50.0)
-            portfolio_record(session, workload.id, LAG.default_tiling(shape, "float32", TWIN), 60.0)
-            st.upsert_tiling(
-                session, workload_id=workload.id, record_id=rid, tiling=best, latency_us=50.0,
-                default_latency_us=60.0, speedup=1.2, evaluations=2, toolchain=host_toolchain(),
-            )  # fmt: skip
+        tuned_best_and_default(session, small)
     out = tmp_path / "t.json"
     done = tilewise(
         "export", LAG.name, "--db", store.url, "--measure", "-o", str(out), tmp_path=tmp_path

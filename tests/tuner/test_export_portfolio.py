@@ -21,6 +21,7 @@ from tests_support import (
     portfolio_driver_answers,
     portfolio_record,
     portfolio_tuned_set,
+    tuned_best_and_default,
 )
 
 from tilewise import store as st
@@ -335,17 +336,7 @@ def test_cli_measures_the_pairs_the_records_lack(store: st.Store, tmp_path: Path
     best carried to the other shape on the twin, and every shape's member is then measured."""
     small = [Shape({"M": 32, "N": 64, "K": 64}), Shape({"M": 128, "N": 64, "K": 64})]
     with store.session() as session:
-        for shape in small:
-            workload = st.commit_workload(
-                session, Workload(LAG.name, LAG.version, "cpu-twin", "float32", shape)
-            )
-            best = portfolio_best(shape)
-            rid = portfolio_record(session, workload.id, best, 50.0)
-            portfolio_record(session, workload.id, LAG.default_tiling(shape, "float32", TWIN), 60.0)
-            st.upsert_tiling(
-                session, workload_id=workload.id, record_id=rid, tiling=best, latency_us=50.0,
-                default_latency_us=60.0, speedup=1.2, evaluations=2, toolchain=host_toolchain(),
-            )  # fmt: skip
+        tuned_best_and_default(session, small)
     out = tmp_path / "p.json"
     done = tilewise(
         "export", LAG.name, "--db", store.url, "--portfolio", "1", "--measure", "--report",
