@@ -97,6 +97,7 @@ PUBLIC = {
         "SurrogateSampler",
         "TuneResult",
         "Tuner",
+        "cell_measurer",
         "make_sampler",
         "replay_search",
     },
