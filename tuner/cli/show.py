@@ -97,9 +97,9 @@ def show(
                 "predicted_default": "this shape's default: no tuned shape's tiling was "
                 "predicted faster by more than the table's model's error",
                 "measured_faster": f"the tiling tuned for {tuned}, re-derived for this shape, "
-                f"measured at least {gain}x the default's speed at the shapes of its grid cell",
+                f"measured {gain}x the default's speed over the sample shapes of its grid cell",
                 "measured_default": "this shape's default: no tuned shape's tiling measured "
-                "faster at every shape of its grid cell",
+                "faster than the default in its grid cell",
                 "carried": f"the tiling tuned for {tuned}, re-derived for this shape",
                 "kept_default": f"this shape's default: the nearest tuned shape ({tuned}) kept "
                 "its default",

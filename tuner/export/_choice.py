@@ -293,7 +293,8 @@ def build_choice(
 
 def _model_entry(model: Model | None, measured: bool, shapes: int) -> dict[str, Any]:
     """What a grid's ``model`` says: the model's parameters, or for a grid decided by
-    measuring its kind, the sample shapes measured and the model it stands in for (if any)."""
+    measuring its kind, the sample shapes of its cells that had a candidate (each measured
+    until the cell's candidates dropped out) and the model it stands in for (if any)."""
     if not measured:
         assert model is not None
         return model.to_dict()

@@ -22,8 +22,8 @@ The fallback order, and the ``source`` (and ``rule``) each rule answers with:
    cell's middle shape when the table was exported. A grid exported with ``--measure`` was
    decided by measuring instead: each candidate and the default side by side at the cell's
    sample shapes on the target (:mod:`tilewise.export._measured_cells`); its answers are rule
-   ``measured_faster`` (a candidate faster beyond the noise at every sample shape,
-   ``predicted_gain`` the smallest measured gain) or ``measured_default``. A chosen tiling
+   ``measured_faster`` (a candidate faster beyond the noise at most sample shapes and slower at
+   none, ``predicted_gain`` its measured gain) or ``measured_default``. A chosen tiling
    that fails the op's validity rules at the asked shape falls to the nearest rule below.
 3. Else ``nearest`` (rule ``carried``): the tiling of the tuned shape of the same op, target
    and dtype nearest to the asked one, re-derived for the asked shape by the op's carry rules

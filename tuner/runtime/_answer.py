@@ -12,13 +12,14 @@ Source = Literal["exact", "nearest", "default"]
 #: tuned shape re-derived for the asked shape, predicted faster than the default by more than the
 #: model's error (``chosen``), or the default because no candidate was (``predicted_default``); by a
 #: grid decided by measuring each cell on the target, a carried tiling measured faster than the
-#: default beyond the noise at every sample shape of the cell (``measured_faster``), or the default
-#: because none was (``measured_default``); without a grid, the nearest tuned shape's tiling re-
-#: derived for the asked shape (``carried``); the asked shape's default because the nearest tuned
-#: shape kept its default (``kept_default``) or because its tiling, carried to other tuned shapes,
-#: was measured slower than their default (``measured_slower``); the default with no tuned shape to
-#: go by (``default``); by the table's portfolio, the member of the asked shape, or of the nearest
-#: tuned shape, re-derived for the asked shape (``portfolio``).
+#: default beyond the noise at most sample shapes of the cell and slower at none
+#: (``measured_faster``), or the default because none was (``measured_default``); without a grid,
+#: the nearest tuned shape's tiling re-derived for the asked shape (``carried``); the asked shape's
+#: default because the nearest tuned shape kept its default (``kept_default``) or because its
+#: tiling, carried to other tuned shapes, was measured slower than their default
+#: (``measured_slower``); the default with no tuned shape to go by (``default``); by the table's
+#: portfolio, the member of the asked shape, or of the nearest tuned shape, re-derived for the asked
+#: shape (``portfolio``).
 Rule = Literal[
     "exact",
     "portfolio",
@@ -44,8 +45,8 @@ class Answer:
     the log2 distance to that tuned shape otherwise. ``predicted_gain`` is the default's latency
     over the answered tiling's as predicted: by the table's model for ``chosen`` (and, for
     ``predicted_default``, that of the best candidate, which did not beat the model's error);
-    for ``measured_faster`` the default's measured median time over the tiling's, the smallest
-    over the cell's sample shapes (for ``measured_default``, that of the best candidate);
+    for ``measured_faster`` the default's measured median time over the tiling's, the geometric
+    mean over the cell's sample shapes (for ``measured_default``, that of the best candidate);
     else that neighbour's tiling's measured gain where it was carried to other tuned shapes
     (None without such measurements; always None for ``portfolio``).
 
