@@ -101,64 +101,85 @@ class Shape(Mapping[str, int]):
         return cls(dims)
 
 
-@dataclass(frozen=True)
 class Tiling(Mapping[str, int]):
-    """The tunable values of one kernel variant: runtime fields and compile-time choices."""
+    """The tunable values of one kernel variant: runtime fields and compile-time choices.
 
-    entries: tuple[tuple[str, int], ...]
+    Immutable. The values live in one dict in name order; ``entries``, the (name, value) pairs,
+    is built when asked for (hashing, comparing): the runtime builds a Tiling for every shape
+    it answers the first time and keeps it, and a tuple of pairs beside the dict doubled what
+    each kept answer holds.
+    """
+
+    __slots__ = ("_index",)
+    _index: dict[str, int]
 
     def __init__(self, values: Mapping[str, int] | tuple[tuple[str, int], ...]) -> None:
         items = values.items() if isinstance(values, Mapping) else values
-        object.__setattr__(self, "entries", tuple(sorted((str(k), int(v)) for k, v in items)))
-        object.__setattr__(self, "_index", dict(self.entries))  # O(1) reads on hot paths
+        object.__setattr__(self, "_index", dict(sorted((str(k), int(v)) for k, v in items)))
+
+    @property
+    def entries(self) -> tuple[tuple[str, int], ...]:
+        """The (name, value) pairs in name order."""
+        return tuple(self._index.items())
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"Tiling is immutable: cannot set {name}")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"Tiling is immutable: cannot delete {name}")
+
+    def __getstate__(self) -> dict[str, int]:
+        return self._index
+
+    def __setstate__(self, state: dict[str, int]) -> None:
+        object.__setattr__(self, "_index", state)
 
     def __getitem__(self, key: str) -> int:
-        value: int = self._index[key]  # type: ignore[attr-defined]
-        return value
+        return self._index[key]
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._index)  # type: ignore[attr-defined]
+        return iter(self._index)
 
     def __len__(self) -> int:
-        return len(self.entries)
+        return len(self._index)
 
     def __hash__(self) -> int:
         return hash(self.entries)
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Tiling):
-            return self.entries == other.entries
+            return self._index == other._index
         if isinstance(other, Mapping):
-            return dict(self.entries) == dict(other)
+            return self._index == dict(other)
         return NotImplemented
 
+    def __repr__(self) -> str:
+        return f"Tiling({self._index!r})"
+
     def key(self) -> str:
-        return canonical_json(dict(self.entries))
+        return canonical_json(self._index)
 
     @classmethod
     def of_ints(cls, values: dict[str, int]) -> Tiling:
         """A Tiling of a dict whose keys are already str and values int, without converting
         each (the runtime builds one per candidate of a nearest lookup)."""
         tiling = cls.__new__(cls)
-        entries = tuple(sorted(values.items()))
-        object.__setattr__(tiling, "entries", entries)
-        object.__setattr__(tiling, "_index", dict(entries))  # iterates in name order too
+        object.__setattr__(tiling, "_index", dict(sorted(values.items())))
         return tiling
 
     @classmethod
     def of_sorted(cls, values: dict[str, int]) -> Tiling:
         """:meth:`of_ints` of a dict whose keys are also in name order already (a copy of a
-        Tiling's own dict, values changed): nothing to sort."""
+        Tiling's own dict, values changed), taken as it is: nothing sorted, nothing copied."""
         tiling = cls.__new__(cls)
-        object.__setattr__(tiling, "entries", tuple(values.items()))
         object.__setattr__(tiling, "_index", values)
         return tiling
 
     def replace(self, **changes: int) -> Tiling:
-        values = dict(self._index)  # type: ignore[attr-defined]  # str keys, int values already
+        values = dict(self._index)  # str keys, int values already
         for name, value in changes.items():
             values[name] = int(value)
-        if len(values) == len(self.entries):  # no new field: still in name order
+        if len(values) == len(self._index):  # no new field: still in name order
             return Tiling.of_sorted(values)
         return Tiling.of_ints(values)
 

@@ -291,7 +291,7 @@ class OpSpec(ABC):
         self, tiling: Tiling, shape: Shape, dtype: str, target: TargetProfile
     ) -> None:
         # A Tiling's own dict compares its keys with the names in C, without iterating it.
-        fields = tiling._index.keys() if type(tiling) is Tiling else frozenset(tiling)  # type: ignore[attr-defined]
+        fields = tiling._index.keys() if type(tiling) is Tiling else frozenset(tiling)
         if fields == self._names:
             return
         names = self._tunable_names(shape, dtype, target)

@@ -84,7 +84,7 @@ def _fits_int32(values: Domain) -> bool:
 
 def _plain(values: Mapping[str, int]) -> dict[str, int]:
     if isinstance(values, Tiling):
-        return dict(values._index)  # type: ignore[attr-defined]  # a copy of its own dict
+        return dict(values._index)  # a copy of its own dict
     return dict(values)
 
 

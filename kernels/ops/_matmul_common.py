@@ -153,7 +153,7 @@ def epilogue_fits(rows: int, base_m: int) -> bool:
 def cube_rules(tiling: Tiling, dtype: str, *, single_m: int, single_n: int, k: int) -> list[str]:
     reasons = []
     # A Tiling's own dict, read in C (the runtime checks a carried tiling per first answer).
-    t: Mapping[str, int] = tiling._index if type(tiling) is Tiling else tiling  # type: ignore[attr-defined]
+    t: Mapping[str, int] = tiling._index if type(tiling) is Tiling else tiling
     bm, bn, bk, granule = t["baseM"], t["baseN"], t["baseK"], c0(dtype)
     if bm % 16 or bn % 16:
         reasons.append(f"baseM {bm} and baseN {bn} must be multiples of 16")

@@ -71,7 +71,7 @@ def _getter(keys: tuple[str, ...]) -> Callable[[Mapping[str, int]], Any]:
 def _plain(values: Mapping[str, int]) -> Mapping[str, int]:
     """The dict behind a Tiling or Shape (read in C by itemgetter), else the mapping itself."""
     if type(values) is Tiling or type(values) is Shape:
-        return values._index  # type: ignore[union-attr,no-any-return]
+        return values._index  # type: ignore[union-attr]
     return values
 
 
