@@ -249,3 +249,31 @@ def test_header_answers_from_the_measured_grid(
             assert c == [0], asked
     expected = "measured_faster" if stored == "best" else "measured_default"
     assert rules.get(expected, 0) >= 0.9 * len(sweep), rules
+
+
+def test_cell_measurer_asks_each_build_once_over_sample_shapes(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A grid's sample shapes share their builds: each compile-time variant is asked of the
+    backend once for all of them, while every shape's tilings are launched at that shape."""
+    from contextlib import ExitStack
+
+    from tests.fakes import FakeBackend
+    from tilewise.kernels import backends
+    from tilewise.kernels.ops import get_op
+    from tilewise.search import cell_measurer
+    from tilewise.settings import Settings
+
+    fake = FakeBackend()
+    monkeypatch.setattr(backends, "create_backend", lambda *a, **k: fake)
+    spec, target = get_op("scale_relu_dropout"), TWIN
+    shapes = [Shape({"N": n}) for n in (4096, 8192, 16384)]
+    with ExitStack() as opened:
+        measure = cell_measurer(Settings(cache_dir=tmp_path, repeats=3), opened)
+        for shape in shapes:
+            default = spec.default_tiling(shape, "float32", target)
+            other = default.replace(bufferNum=3 - default["bufferNum"])  # the other build
+            times = measure(spec, target, "float32", shape, {"default": default, "other": other})
+            assert set(times) == {"default", "other"}
+    assert len(fake.builds) == 2 and set(fake.builds.values()) == {1}
+    assert sum(fake.checked.values()) == 2 * len(shapes)

@@ -74,7 +74,9 @@ class Attempt:
 class Measurer:
     """Tries tilings of one workload on one backend, with the settings' measurement options
     (warm-up, repeats, time cap) and build limits (spills, stack). Builds are asked of the
-    backend once per compile-time variant."""
+    backend once per compile-time variant; ``builds``, where given, is where they are kept, to
+    share with other Measurers of the same op, dtype and backend (a build depends on the
+    compile-time fields and the dtype alone, not on the shape)."""
 
     def __init__(
         self,
@@ -85,6 +87,7 @@ class Measurer:
         target: TargetProfile,
         backend: Backend,
         settings: Settings,
+        builds: dict[str, BuildResult] | None = None,
     ) -> None:
         self.spec, self.shape, self.dtype, self.target = spec, shape, dtype, target
         self.backend, self.settings = backend, settings
@@ -92,7 +95,7 @@ class Measurer:
             settings.warmup, settings.repeats, settings.max_measure_s, settings.warmup_s
         )
         self.limits = BuildLimits(settings.max_loop_spills, settings.max_stack_bytes)
-        self._builds: dict[str, BuildResult] = {}
+        self._builds: dict[str, BuildResult] = {} if builds is None else builds
 
     def build(self, tiling: Tiling) -> BuildResult:
         """The build of ``tiling``'s compile-time part, asked of the backend once per variant."""
@@ -220,10 +223,12 @@ def cell_measurer(settings: Settings, backends: ExitStack) -> MeasureCellFn:
     """What ``tilewise export --measure`` measures a grid cell's sample shape with: tilings
     side by side on the target's backend (opened once per target, closed with ``backends``),
     :meth:`Measurer.side_by_side`. Nothing is recorded: the shapes are a cell's samples, not
-    workloads anyone asked for."""
+    workloads anyone asked for. A build is asked of the backend once per compile-time variant
+    of an op, dtype and target, for all the sample shapes."""
     from tilewise.kernels.backends import create_backend
 
     opened: dict[str, Backend] = {}
+    builds: dict[tuple[str, str, str], dict[str, BuildResult]] = {}
 
     def measure(
         spec: OpSpec, target: TargetProfile, dtype: str, shape: Shape, tilings: Mapping[str, Tiling]
@@ -239,6 +244,7 @@ def cell_measurer(settings: Settings, backends: ExitStack) -> MeasureCellFn:
             target=target,
             backend=opened[target.name],
             settings=settings,
+            builds=builds.setdefault((spec.name, dtype, target.name), {}),
         )
         return measurer.side_by_side(tilings, rounds=CELL_ROUNDS, per_round=CELL_ROUND)
 
