@@ -25,9 +25,11 @@ with the other dims fixed, one where every dim moves):
      training database, so the Tuner starts from the nearest tuned shapes' tilings, carried
      over), same budget;
    * all of them and the default tiling are then measured side by side, interleaved, on the
-     same backend (``--rounds`` rounds; medians), and the carried and copied answers' samples are
-     compared with the default's by the one-sided Mann-Whitney test the tuner's final
-     re-measure uses (p < 0.05): ``slower`` / ``faster`` than the default, or neither;
+     same backend, as an export measures a cell (``Measurer.side_by_side``: ``--rounds``
+     rounds, the first checked against the reference; medians), and each answer's samples are
+     compared with the default's by the test the tuner's final re-measure uses
+     (``tilewise.stats.faster``: one-sided Mann-Whitney, p < 0.05): ``slower`` / ``faster``
+     than the default, or neither;
    * from the records: the evaluations each tune needed to get within 5% of the best time
      either of them found (the tuned optimum as far as this budget knows);
    * the share of the tuned gain the runtime's answer captured (:func:`captured`), by the model's
@@ -62,8 +64,9 @@ from tilewise.kernels.backends import MeasureOptions, create_backend
 from tilewise.kernels.ops import get_op
 from tilewise.kernels.targets import get_target
 from tilewise.runtime import TilingTable
-from tilewise.search import Budget, Tuner, cell_measurer
+from tilewise.search import Budget, Measurer, Tuner, cell_measurer
 from tilewise.settings import Settings
+from tilewise.stats import faster
 from tilewise.status import RecordSource
 from tilewise.types import Shape, Tiling
 
@@ -101,8 +104,6 @@ SPLITS: dict[tuple[str, str], tuple[list[dict[str, int]], list[dict[str, int]]]]
 }
 TARGET, DTYPE = "cpu-twin", "float32"
 MEASURE = MeasureOptions(warmup=2, repeats=15, max_seconds=5.0)
-#: The tuner's final re-measure's level (tilewise.search._remeasure.BEATS_DEFAULT_P).
-BEATS_DEFAULT_P = 0.05
 
 
 def tune(db_url: str, op: str, shape: Shape, budget: int, seed: int) -> dict[str, Any]:
@@ -149,33 +150,21 @@ def evals_to(times_us: list[float], threshold_us: float) -> int | None:
 def measure_side_by_side(
     op: str, shape: Shape, tilings: dict[str, Tiling], rounds: int
 ) -> dict[str, list[float]]:
-    """Every tiling's per-launch samples (µs), in rounds that visit each in turn: a busy moment
-    of the shared machine slows all of them, not the one measured then. Tilings equal to an
-    earlier one are measured once and share its samples."""
+    """Every tiling's per-launch samples (µs), by label, as an export measures a grid cell
+    (:meth:`Measurer.side_by_side`): in ``rounds`` rounds that visit each in turn, so that a
+    busy moment of the shared machine slows all of them, the first checked against the
+    reference. Tilings equal to an earlier one are measured once and share its samples; one
+    that fails has none."""
     spec, target = get_op(op), get_target(TARGET)
-    unique: dict[Tiling, list[str]] = {}
-    for label, tiling in tilings.items():
-        unique.setdefault(tiling, []).append(label)
-    samples: dict[Tiling, list[float]] = {t: [] for t in unique}
-    with create_backend(TARGET) as backend:
-        builds = {t: backend.build(spec, spec.compile_key(t, DTYPE)) for t in unique}
-        for _ in range(rounds):
-            for tiling, build in builds.items():
-                if not build.ok:
-                    continue
-                run = backend.run(
-                    build,
-                    spec,
-                    shape=shape,
-                    dtype=DTYPE,
-                    target=target,
-                    tiling=tiling,
-                    check=False,
-                    measure=MEASURE,
-                )
-                if run.ok and run.samples_us:
-                    samples[tiling].extend(run.samples_us)
-    return {label: samples[t] for t, labels in unique.items() for label in labels}
+    settings = Settings(
+        warmup=MEASURE.warmup, repeats=MEASURE.repeats, max_measure_s=MEASURE.max_seconds
+    )
+    with create_backend(TARGET, settings=settings, target=target) as backend:
+        measurer = Measurer(
+            spec=spec, shape=shape, dtype=DTYPE, target=target, backend=backend, settings=settings
+        )
+        samples = measurer.side_by_side(tilings, rounds=rounds, per_round=MEASURE)
+    return {label: samples.get(label, []) for label in tilings}
 
 
 def copied_answer(
@@ -195,17 +184,15 @@ def copied_answer(
 
 
 def verdict(candidate: list[float], default: list[float]) -> str:
-    """``slower`` / ``faster`` than the default by a one-sided Mann-Whitney test at p < 0.05
-    (the tuner's final re-measure's test), else ``same``."""
+    """``slower`` / ``faster`` than the default beyond the noise by the tuner's own test
+    (:func:`tilewise.stats.faster`, a one-sided Mann-Whitney test), else ``same``."""
     if not candidate or not default:
         return "not measured"
     if candidate == default:
         return "same tiling"
-    from scipy.stats import mannwhitneyu
-
-    if mannwhitneyu(candidate, default, alternative="greater").pvalue < BEATS_DEFAULT_P:
+    if faster(default, candidate):
         return "slower"
-    if mannwhitneyu(candidate, default, alternative="less").pvalue < BEATS_DEFAULT_P:
+    if faster(candidate, default):
         return "faster"
     return "same"
 
