@@ -33,6 +33,20 @@ def test_tiling_is_hashable_and_order_free() -> None:
     assert a.replace(x=3)["x"] == 3 and a["x"] == 1
 
 
+def test_a_tiling_is_immutable_and_survives_pickling() -> None:
+    import copy
+    import pickle
+
+    tiling = Tiling({"y": 2, "x": 1})
+    with pytest.raises(AttributeError, match="immutable"):
+        tiling.x = 3  # type: ignore[attr-defined]
+    for copied in (pickle.loads(pickle.dumps(tiling)), copy.deepcopy(tiling)):
+        assert copied == tiling and hash(copied) == hash(tiling)
+        assert copied.entries == (("x", 1), ("y", 2)) and list(copied) == ["x", "y"]
+    assert tiling == {"x": 1, "y": 2} and tiling != {"x": 1}
+    assert repr(tiling) == "Tiling({'x': 1, 'y': 2})"
+
+
 def test_workload_key_depends_on_every_part() -> None:
     base = Workload("op", "v1", "cpu-twin", "float32", Shape({"N": 4}))
     variants = [
