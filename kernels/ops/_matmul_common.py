@@ -172,44 +172,49 @@ def cube_rules(tiling: Tiling, dtype: str, *, single_m: int, single_n: int, k: i
     return reasons
 
 
+#: What default_base sets besides the base block, and every field of default_matmul's tiling
+#: in name order (a Tiling's own order, so that a default is built without a sort).
+_BASE_REST = {
+    "stepM": 1,
+    "stepN": 1,
+    "depthA1": 2,
+    "depthB1": 2,
+    "dbL0C": 1,
+    "iterateOrder": 0,
+    "epiRows": 1,
+}
+_DEFAULT_FIELDS = tuple(
+    sorted(("baseM", "baseN", "baseK", *_BASE_REST, "singleCoreM", "singleCoreN"))
+)
+
+
+def _largest(domain: tuple[int, ...], cap: int) -> int:
+    """The last value of ``domain`` (ascending) within ``cap``, else its first."""
+    i = bisect_right(domain, cap)
+    return domain[i - 1] if i else domain[0]
+
+
 def default_base(
     single_m: int, single_n: int, k: int, dtype: str, target: TargetProfile, objects: int = 1
 ) -> dict[str, int]:
     """The vendor's (128, 256, 64) start, shrunk until ``objects`` Matmul objects fit L0A/L0B."""
-    size = itemsize(dtype)
-
-    def largest(domain: tuple[int, ...], cap: int) -> int:
-        # The domains are in ascending order: the last value within the cap, else the first.
-        i = bisect_right(domain, cap)
-        return domain[i - 1] if i else domain[0]
-
+    granule = c0(dtype)
     start_m, start_n, start_k = VENDOR_BASE
-    bm = largest(BASE_MN, min(start_m, round_up(single_m, 16)))
-    bn = largest(BASE_MN, min(start_n, round_up(single_n, 16)))
-    bk = largest(BASE_K, min(start_k, round_up(k, c0(dtype))))
-
-    def l0(rows: int) -> int:
-        return objects * DB_L0AB * rows * bk * size
-
-    while l0(bn) > target.l0b or l0(bm) > target.l0a:
-        if bk > max(c0(dtype), 32):
+    # round_up inline (-(-x // m) * m): a default heuristic runs per first-time shape.
+    bm = _largest(BASE_MN, min(start_m, -(-single_m // 16) * 16))
+    bn = _largest(BASE_MN, min(start_n, -(-single_n // 16) * 16))
+    bk = _largest(BASE_K, min(start_k, -(-k // granule) * granule))
+    # Bytes of L0A / L0B per row of a base block: the objects' ping-pong buffers.
+    per_row = objects * DB_L0AB * itemsize(dtype)
+    l0a, l0b = target.l0a, target.l0b
+    while per_row * bn * bk > l0b or per_row * bm * bk > l0a:
+        if bk > max(granule, 32):
             bk //= 2
-        elif l0(bn) > target.l0b:
-            bn = largest(BASE_MN, bn - 16)
+        elif per_row * bn * bk > l0b:
+            bn = _largest(BASE_MN, bn - 16)
         else:
-            bm = largest(BASE_MN, bm - 16)
-    return {
-        "baseM": bm,
-        "baseN": bn,
-        "baseK": bk,
-        "stepM": 1,
-        "stepN": 1,
-        "depthA1": 2,
-        "depthB1": 2,
-        "dbL0C": 1,
-        "iterateOrder": 0,
-        "epiRows": 1,
-    }
+            bm = _largest(BASE_MN, bm - 16)
+    return {"baseM": bm, "baseN": bn, "baseK": bk, **_BASE_REST}
 
 
 def fit_epilogue(
@@ -262,8 +267,9 @@ def default_matmul(
     m, n, k = (shape[d] for d in dims)
     sm, sn = default_split(m, n, target.cube_cores)
     base = default_base(sm, sn, k, dtype, target, objects)
-    fitted = _fitted(spec, shape, dtype, target, base, sm, sn)
-    return Tiling.of_ints({**base, **fitted, "singleCoreM": sm, "singleCoreN": sn})
+    values = {**base, **_fitted(spec, shape, dtype, target, base, sm, sn)}
+    values["singleCoreM"], values["singleCoreN"] = sm, sn
+    return Tiling.of_sorted({name: values[name] for name in _DEFAULT_FIELDS})
 
 
 def warm_default_fits(
