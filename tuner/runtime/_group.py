@@ -205,12 +205,12 @@ def nearest(group: Group, asked: Shape, max_candidates: int) -> Answer | None:
     """The nearest rule (see :mod:`tilewise.runtime`); None without a valid candidate."""
     if not group.entries:
         return None
-    where = group.spec.log_position
-    positions = [where(dim, asked[dim]) for dim in group.dims]
+    values = asked._index if type(asked) is Shape else asked  # type: ignore[attr-defined]
+    # OpSpec.log_position of each dim, inline: log2(value + 1 - least).
+    positions = [log2(values[dim] + 1 - least) for dim, least in group.least]
     if group.near is not None:
         # The nearest entry from its cell's candidates: usually the answer, else the walk below
         # (which meets it first again).
-        values = asked._index if type(asked) is Shape else asked  # type: ignore[attr-defined]
         first = group.near.first(values, positions)
         if first is not None:
             answer = _candidate(group, asked, *first)
