@@ -183,6 +183,8 @@ _BASE_REST = {
     "iterateOrder": 0,
     "epiRows": 1,
 }
+#: Default tilings kept per op, dtype and target (see default_matmul): beyond these, computed.
+MAX_KEPT_DEFAULTS = 1 << 16
 _DEFAULT_FIELDS = tuple(
     sorted(("baseM", "baseN", "baseK", *_BASE_REST, "singleCoreM", "singleCoreN"))
 )
@@ -263,13 +265,27 @@ def default_matmul(
     the split (baseK within K and the base block within a core's block, which default_base
     keeps to; the cores the split takes, which default_split keeps to) pass for each of them,
     and the rest (the other rules of :func:`cube_rules`, the buffers) read the base block's
-    fields alone."""
+    fields alone.
+
+    So the whole tiling is a function of the split and of K capped at the vendor's baseK (all
+    that default_base reads of K): it is kept per (singleCoreM, singleCoreN, capped K), up to
+    :data:`MAX_KEPT_DEFAULTS` of them, and a shape whose split was met before costs the split
+    alone."""
     m, n, k = (shape[d] for d in dims)
     sm, sn = default_split(m, n, target.cube_cores)
+    granule = c0(dtype)
+    key = (sm, sn, min(VENDOR_BASE[2], -(-k // granule) * granule))
+    kept: dict[tuple[int, int, int], Tiling] = kept_of(spec, f"{dtype} defaults", target, dict)
+    found = kept.get(key)
+    if found is not None:
+        return found
     base = default_base(sm, sn, k, dtype, target, objects)
     values = {**base, **_fitted(spec, shape, dtype, target, base, sm, sn)}
     values["singleCoreM"], values["singleCoreN"] = sm, sn
-    return Tiling.of_sorted({name: values[name] for name in _DEFAULT_FIELDS})
+    tiling = Tiling.of_sorted({name: values[name] for name in _DEFAULT_FIELDS})
+    if len(kept) < MAX_KEPT_DEFAULTS:
+        kept[key] = tiling
+    return tiling
 
 
 def warm_default_fits(

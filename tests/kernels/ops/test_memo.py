@@ -169,3 +169,32 @@ def test_a_default_fit_kept_per_base_block_is_the_fit_of_the_asked_shape(name: s
                 assert spec.check(answer, shape, dtype, target).valid
             # Every base block the shapes started from was fitted ahead.
             assert fits == warmed
+
+
+@pytest.mark.parametrize("name", ["linear_add_gelu", "swiglu_mlp"])
+def test_a_default_kept_per_split_is_the_default_of_every_shape_that_shares_it(name: str) -> None:
+    # default_matmul keeps each tiling per (split, K capped at the vendor's baseK): shapes that
+    # share them answer the kept tiling, which must be the one computed afresh for each.
+    spec = get_op(name)
+    m, n, k = {"linear_add_gelu": ("M", "N", "K"), "swiglu_mlp": ("T", "I", "H")}[name]
+    rng = random.Random(7)
+    for target in (get_target("ascend910b4"), get_target("cpu-twin")):
+        for dtype in spec.dtypes:
+            # Token counts, as an LLM server asks them, beside a few projections.
+            shapes = [
+                Shape(
+                    {
+                        m: tokens,
+                        n: rng.choice((1000, 4096)),
+                        k: rng.choice((1024, 11008, rng.randint(1, 80))),
+                    }
+                )
+                for tokens in rng.sample(range(1, 4097), 200)
+            ]
+            _memo._MEMOS.clear()
+            answers = [spec.default_tiling(shape, dtype, target) for shape in shapes]
+            kept = _memo.kept_of(spec, f"{dtype} defaults", target, dict)
+            assert 0 < len(kept) < len(shapes)  # some shapes answered a kept tiling
+            for shape, answer in zip(shapes, answers, strict=True):
+                _memo._MEMOS.clear()
+                assert spec.default_tiling(shape, dtype, target) == answer, dict(shape)
