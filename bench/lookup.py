@@ -17,6 +17,9 @@ single calls with ``time.perf_counter_ns`` (the timer's own cost, measured, is s
   when its carried tiling is not valid, every entry's distance walked nearest first);
 * default_first: a first-time shape whose cell answers the default (``predicted_default``):
   the op's default heuristic (``OpSpec.default_tiling``) at the asked shape, on fewer calls;
+* default_first_tokens: the same for an LLM server's token counts, M = 1, 2, ... with
+  N = K = 1024, each asked the first time: the Matmul default keeps its tiling per core split,
+  which most token counts share;
 * the first-time path's parts: the cell search, the distance to every entry (the search
   without the cells), one carry, one ``OpSpec.valid``;
 * same_work_every_call: a plain Python loop that does the same work on every call, as long at
@@ -33,8 +36,8 @@ add.
 
 Prints the machine, the date and the figures as one JSON object; ``--json`` prints only
 ``{"exact": {"p50_us", "p99_us"}, "nearest_first": {...}, "nearest_cached": {...},
-"nearest_rule_first": {...}, "default_first": {...}}``. Not a test: timings depend on the
-host.
+"nearest_rule_first": {...}, "default_first": {...}, "default_first_tokens": {...}}``. Not a
+test: timings depend on the host.
 """
 
 from __future__ import annotations
@@ -274,6 +277,12 @@ def main() -> None:
     nearest_cold = merged(first[0], first[3])
     rule_cold = merged(first[1], first[2])
     default_cold = time_calls(ask_defaults, cold[:500], overhead)
+    tokens = [
+        {"M": m, "N": 1024, "K": 1024}
+        for m in range(1, 2 * len(cold))
+        if (m, 1024, 1024) not in tuned_keys
+    ][: len(cold)]
+    default_tokens = time_calls(ask_defaults, tokens, overhead)
     sources: dict[str, int] = {}
     for shape in cold:
         rule = ask(shape).rule
@@ -314,7 +323,17 @@ def main() -> None:
     fastest_grid = fastest_of_passes(entries, grid, cold[: len(cold) // 2], overhead)
     fastest_default = fastest_of_passes(entries, default_grid, cold[:500], overhead)
 
-    for figures in (exact, nearest_warm, default_cold, search_only, cells, carry, check, steady):
+    for figures in (
+        exact,
+        nearest_warm,
+        default_cold,
+        default_tokens,
+        search_only,
+        cells,
+        carry,
+        check,
+        steady,
+    ):
         figures.pop("_us", None)
     result: dict[str, Any] = {
         "benchmark": "tilewise.runtime TilingTable.lookup, in-process",
@@ -340,6 +359,7 @@ def main() -> None:
         "nearest_cached": nearest_warm,
         "nearest_rule_first": rule_cold,
         "default_first": default_cold,
+        "default_first_tokens": default_tokens,
         "parts": {
             "cell_search": cells,
             "distance_search_every_entry": search_only,
@@ -353,11 +373,19 @@ def main() -> None:
             "nearest_first_p99_le_20us": nearest_cold["p99_us"] <= 20.0,
             "nearest_rule_first_p99_le_20us": rule_cold["p99_us"] <= 20.0,
             "default_first_p99_le_20us": default_cold["p99_us"] <= 20.0,
+            "default_first_tokens_p99_le_20us": default_tokens["p99_us"] <= 20.0,
         },
         "load_average": os.getloadavg(),
     }
     if args.json:
-        keys = ("exact", "nearest_first", "nearest_cached", "nearest_rule_first", "default_first")
+        keys = (
+            "exact",
+            "nearest_first",
+            "nearest_cached",
+            "nearest_rule_first",
+            "default_first",
+            "default_first_tokens",
+        )
         print(json.dumps({k: {m: result[k][m] for m in ("p50_us", "p99_us")} for k in keys}))
     else:
         print(json.dumps(result, indent=2))
