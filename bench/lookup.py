@@ -25,14 +25,15 @@ single calls with ``time.perf_counter_ns`` (the timer's own cost, measured, is s
 * same_work_every_call: a plain Python loop that does the same work on every call, as long at
   its median as a first-time answer by the grid: the tail the host adds to any call that long.
 * fastest_of_3_passes: the first-time answers by the grid and by the default, each computed
-  in three passes on tables loaded afresh, per shape the fastest of the three: the answer's own
-  cost with most of the host's noise left out (the slowest 1% of one pass are other shapes in
-  the next). The goal is on single calls (nearest_first), not on these.
+  in three passes, each on tables loaded as by a fresh process (nothing the ops keep carried
+  from the pass before), per shape the fastest of the three: the answer's own cost with most
+  of the host's noise left out (the slowest 1% of one pass are other shapes in the next). The
+  goal is on single calls (nearest_first), not on these.
 
-The tables are loaded as by a fresh process: the ops' footprint memo and core-split caches
-(filled while the bench computed its entries' default tilings) are emptied before the tables
-are built, so the figures include what loading fills in them and what the first-time shapes
-add.
+The tables are loaded as by a fresh process: what the ops keep (footprints, default fits and
+tilings) and their core-split caches (filled while the bench computed its entries' default
+tilings) are emptied before the tables are built, so the figures include what loading fills
+in them and what the first-time shapes add.
 
 Prints the machine, the date and the figures as one JSON object; ``--json`` prints only
 ``{"exact": {"p50_us", "p99_us"}, "nearest_first": {...}, "nearest_cached": {...},
@@ -196,6 +197,14 @@ def host_tail(p50_us: float, overhead: float) -> dict[str, Any]:
     return {**figures, "loop_iterations": n}
 
 
+def as_a_fresh_process() -> None:
+    """Empty what the ops keep between calls (footprints, default fits and tilings, core
+    splits), as a process that has just started holds none of it."""
+    _memo._MEMOS.clear()
+    cube.single_core.cache_clear()
+    cube._pieces.cache_clear()
+
+
 def fastest_of_passes(
     entries: list[TableEntry],
     grid: Choice,
@@ -204,9 +213,10 @@ def fastest_of_passes(
     passes: int = 3,
 ) -> dict[str, Any]:
     """Per shape the fastest of ``passes`` first-time answers, each pass on a table loaded
-    afresh (so every answer is computed, none cached)."""
+    afresh as by a fresh process (so every answer is computed, none cached or kept)."""
     fastest = np.full(len(shapes), np.inf)
     for _ in range(passes):
+        as_a_fresh_process()
         table = TilingTable(entries, cache_size=1 << 20, choices=[grid])
 
         def ask(shape: dict[str, int], table: TilingTable = table) -> Any:
@@ -243,9 +253,7 @@ def main() -> None:
     _, tuned, entries = build_table(args.entries, rng)
     # Loaded as by a fresh process: no footprint kept, no core split cached (the entries'
     # default tilings, computed above, filled them).
-    _memo._MEMOS.clear()
-    cube.single_core.cache_clear()
-    cube._pieces.cache_clear()
+    as_a_fresh_process()
     plain = TilingTable(entries, cache_size=1 << 20)
     table = TilingTable(entries, cache_size=1 << 20, choices=[bench_grid(entries, default=False)])
     defaults = TilingTable(entries, cache_size=1 << 20, choices=[bench_grid(entries, default=True)])
