@@ -165,3 +165,27 @@ def test_a_negative_padding_is_422_naming_the_shape(client: TestClient) -> None:
     r = client.get(f"{CONV_URL}?shape={_conv_query(pad=-1)}")
     assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["query", "shape"]
     assert "pad must be non-negative" in r.json()["detail"][0]["msg"]
+
+
+def test_the_service_answers_by_a_kept_measured_grid(client: TestClient, db: Store) -> None:
+    """A grid measured by ``tilewise export --measure`` and kept answers the service's lookups
+    and tables once it is kept: the service itself never measures."""
+    from tests.tuner.test_export_measured import Truth, _measured_doc
+    from tests.tuner.test_runtime_choice import HELD_OUT
+    from tilewise.export import keep_measured_grids
+
+    lookup: LookupCache = client.app.state.lookup  # type: ignore[attr-defined]
+    lookup.check_s = 0.0  # check the fingerprint on every request
+    measured = _measured_doc(db, "best", Truth("fast copies"))
+    url = "/v1/tilings/linear_add_gelu"
+
+    def rules() -> set[str]:
+        shapes = [",".join(f"{k}={v}" for k, v in dims.items()) for dims in HELD_OUT]
+        return {client.get(f"{url}?shape={shape}").json()["rule"] for shape in shapes}
+
+    assert not rules() & {"measured_faster", "measured_default"}
+    with db.session() as session:
+        keep_measured_grids(session, measured)
+    assert rules() <= {"measured_faster", "measured_default"}
+    table = client.get("/v1/tables/linear_add_gelu").json()
+    assert table["choices"] == measured["choices"]

@@ -95,8 +95,9 @@ DATA: dict[str, list[dict[str, Any]]] = {
              started_at=T0, last_heartbeat=T0),
     ],
     "tw_job_assists": [
-        dict(job_id=1, worker_id="host:3:cpu-twin:-", heartbeat_at=T0),
-        dict(job_id=1, worker_id="host:2:cpu-twin:-", heartbeat_at=T0),
+        # The slots 0008 gives them (in their workers' order), for a database made at 0008.
+        dict(job_id=1, worker_id="host:3:cpu-twin:-", heartbeat_at=T0, slot=1),
+        dict(job_id=1, worker_id="host:2:cpu-twin:-", heartbeat_at=T0, slot=0),
     ],
     "tw_batches": [
         dict(id=1, name="build 7", force=False, created_at=T0,

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from tests_support import portfolio_best, tuned_best_and_default
+from tests_support import host_toolchain, portfolio_best, tuned_best_and_default
 
 from tests.tuner.test_export import COMPILERS, _ask_c, _build, _fields
 from tests.tuner.test_export_portfolio import tilewise
@@ -22,7 +22,7 @@ from tilewise.export import render_header, table_document
 from tilewise.export._choice import cell_index, parse_choices
 from tilewise.export._measured_cells import decide_measured, measured_samples
 from tilewise.runtime import TilingTable
-from tilewise.types import Shape, Tiling
+from tilewise.types import Shape, Tiling, Workload
 
 
 class Truth:
@@ -188,7 +188,7 @@ def test_a_candidate_the_device_could_not_measure_is_not_chosen() -> None:
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_cli_export_measure_decides_the_grid_on_the_twin(store: st.Store, tmp_path: Path) -> None:
     """Two tuned shapes: ``--measure`` measures each cell's candidates on the twin; the grid
-    says so, and the runtime answers by it."""
+    says so, the runtime answers by it, and a later export without ``--measure`` too."""
     small = [Shape({"M": 16, "N": 64, "K": 64}), Shape({"M": 128, "N": 64, "K": 64})]
     with store.session() as session:
         tuned_best_and_default(session, small)
@@ -217,6 +217,11 @@ def test_cli_export_measure_decides_the_grid_on_the_twin(store: st.Store, tmp_pa
     # Nothing measured at the cells' sample shapes was recorded as a workload.
     with store.session() as session:
         assert len(st.best_tilings(session, op=LAG.name)) == 2
+    # The grid is kept: an export without --measure answers by it.
+    again = tmp_path / "again.json"
+    done = tilewise("export", LAG.name, "--db", store.url, "-o", str(again), tmp_path=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(again.read_text())["choices"] == doc["choices"]
 
 
 @pytest.mark.skipif(not COMPILERS, reason="no C compiler")
@@ -277,3 +282,63 @@ def test_cell_measurer_asks_each_build_once_over_sample_shapes(
             assert set(times) == {"default", "other"}
     assert len(fake.builds) == 2 and set(fake.builds.values()) == {1}
     assert sum(fake.checked.values()) == 2 * len(shapes)
+
+
+@pytest.mark.parametrize("db_url", ["sqlite", "postgresql"], indirect=True)
+def test_a_kept_measured_grid_answers_later_exports_while_its_tunes_hold(
+    store: st.Store, db_url: str
+) -> None:
+    """A grid measured once is kept: every later export of the same tunes (the service's, the
+    runtime's from the database) answers by it, and by the model's once a tune changes."""
+    from tilewise.export import keep_measured_grids
+
+    truth = Truth("fast copies")
+    measured = _measured_doc(store, "best", truth)
+    (grid,) = measured["choices"]
+    assert grid["model"]["kind"] == "measured" and len(grid["model"]["basis"]) == 32
+    with store.session() as session:
+        plain = table_document(session, op=LAG.name)  # nothing kept yet: the model's grid
+        assert keep_measured_grids(session, measured) == 1
+    assert plain["choices"][0]["model"]["kind"] != "measured"
+    with store.session() as session:
+        later = table_document(session, op=LAG.name)
+    assert later["choices"] == [grid]
+    asked = len(truth.shapes)
+    table = TilingTable.from_db(db_url, op=LAG.name)
+    rules = {_ask(table, dims).rule for dims in HELD_OUT}
+    assert rules <= {"measured_faster", "measured_default"} and "measured_faster" in rules
+    assert len(truth.shapes) == asked  # answered from the kept grid: nothing measured again
+
+    # A tuned shape's tiling replaced (a re-tune): the kept grid no longer holds.
+    first = Shape(measured["entries"][0]["shape"])
+    with store.session() as session:
+        workload = st.find_workload(
+            session, key=Workload(LAG.name, LAG.version, "cpu-twin", "float32", first).key
+        )
+        assert workload is not None
+        default = LAG.default_tiling(first, "float32", TWIN)
+        record = st.add_record(
+            session,
+            toolchain=host_toolchain(),
+            workload_id=workload.id,
+            tiling=default,
+            status="ok",
+            latency_us=1.0,
+            spread=0.01,
+            source="search",
+            env={"host": "test"},
+        )
+        st.upsert_tiling(
+            session,
+            toolchain=host_toolchain(),
+            workload_id=workload.id,
+            record_id=record.id,
+            tiling=default,
+            latency_us=1.0,
+            default_latency_us=1.0,
+            speedup=1.0,
+            evaluations=1,
+        )
+    with store.session() as session:
+        after = table_document(session, op=LAG.name)
+    assert [c["model"]["kind"] for c in after["choices"]] != ["measured"]

@@ -66,7 +66,8 @@ def export(
             "--measure",
             help="Measure on the target: with --portfolio the tilings the records lack (else "
             "they count as not covering); without, each grid cell for untuned shapes, its "
-            "candidates side by side with the default (instead of the records' model).",
+            "candidates side by side with the default (instead of the records' model), the "
+            "grid then kept in the database for later exports of the same tunes.",
         ),
     ] = False,
     report: Annotated[
@@ -119,6 +120,11 @@ def export(
                     )
             if measured:
                 _record_measured(db_handle, measured)
+            if measure and portfolio is None:
+                # Kept for every later export of the same tunes (the service's, the runtime's):
+                # in a session of its own, after the minutes of measuring.
+                with db_handle.session() as session:
+                    exporting.keep_measured_grids(session, doc)
         finally:
             db_handle.close()
         if fmt == "json":

@@ -31,7 +31,9 @@ version-1 document (neither key) still loads: the reader derives both from the o
 records allow it, a latency model's parameters and the choice grid decided with it at export
 (:mod:`tilewise.export._choice`): for each cell of shapes, the tuned shape whose tiling the
 runtime and the C header re-derive for an untuned shape in it, or the default. A bad grid is
-named in :attr:`Loaded.rejected` and left out.
+named in :attr:`Loaded.rejected` and left out. A grid decided by measuring instead
+(``tilewise export --measure``) is kept in the database and answers every later export of the
+same tunes (:mod:`tilewise.export._kept_grids`).
 
 Loading checks it (:func:`load_entries`, :func:`parse_table`). A document that is not JSON,
 not of this format, of a format version not read here (saying which was found and which are
@@ -75,6 +77,7 @@ from tilewise.export._document import (
     table_document,
 )
 from tilewise.export._header import render_header
+from tilewise.export._kept_grids import keep_measured_grids
 from tilewise.export._measured_cells import MeasureCellFn
 from tilewise.export._portfolio import GroupPortfolio, MeasureFn, portfolio_document
 from tilewise.export._portfolio_doc import PortfolioGroup, load_portfolio
@@ -97,6 +100,7 @@ __all__ = [
     "dump_document",
     "greedy_cover",
     "is_default_tiling",
+    "keep_measured_grids",
     "load_entries",
     "load_portfolio",
     "parse_table",

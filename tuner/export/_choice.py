@@ -22,8 +22,7 @@ none (the runtime then answers by the nearest rule).
 from __future__ import annotations
 
 import math
-from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from itertools import product
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -313,11 +312,22 @@ def choices_of(
 ) -> list[Choice]:
     """Each current-version (op, target, dtype) group's grid, from a model of the op fitted on
     every measured record of its current-version workloads in ``rows``; with ``measure``
-    decided by measuring each cell on the target instead (a grid even where no model fits)."""
-    from tilewise.export._model import Pair, Sample, features, fit_model
+    decided by measuring each cell on the target instead (a grid even where no model fits, its
+    basis in its model entry: :mod:`tilewise.export._kept_grids`). Without ``measure``, a grid
+    measured before from the same tuned shapes and tilings, kept in the database, comes first."""
+    from tilewise.export._kept_grids import grid_basis, kept_grid, toolchains_of, with_basis
+    from tilewise.export._model import (
+        Pair,
+        Sample,
+        features,
+        fit_model,
+        measured_records,
+        thread_units,
+    )
     from tilewise.kernels.ops import get_op
     from tilewise.kernels.targets import get_target
 
+    toolchains = toolchains_of(rows)
     by_op: dict[str, list[WorkloadRow]] = {}
     for w, _ in rows:
         try:
@@ -330,8 +340,8 @@ def choices_of(
     out: list[Choice] = []
     for op, workloads in sorted(by_op.items()):
         spec = get_op(op)
-        measured = {w.id: _measured(session, w.id) for w in workloads}
-        units = _units(workloads, measured)
+        measured = {w.id: measured_records(session, w.id) for w in workloads}
+        units = thread_units(workloads, measured)
         samples, pairs = [], []
         for w in workloads:
             profile = get_target(w.target)
@@ -353,8 +363,6 @@ def choices_of(
                 if tiling != default and x is not None:
                     pairs.append(Pair(group, w.shape, x, x_default, math.log(latency / base)))
         model = fit_model(samples, pairs)
-        if model is None and measure is None:
-            continue
         if model is not None:
             model = replace(model, units=units)
         groups: dict[tuple[str, str], list[TableEntry]] = {}
@@ -362,51 +370,19 @@ def choices_of(
             if e.op == op and e.op_version == spec.version:
                 groups.setdefault((e.target, e.dtype), []).append(e)
         for (target, dtype), members in sorted(groups.items()):
+            basis = grid_basis(members, toolchains)
+            if measure is None:
+                # A grid measured from these very tunes answers before the model's.
+                kept = kept_grid(session, spec, target, dtype, basis)
+                if kept is not None:
+                    out.append(kept)
+                    continue
+                if model is None:
+                    continue
             grid = build_choice(spec, get_target(target), dtype, members, model, measure=measure)
             if grid is not None:
-                out.append(grid)
+                out.append(grid if measure is None else with_basis(grid, basis))
     return out
-
-
-class _Measured(NamedTuple):
-    latencies: dict[Tiling, float]  # median of each tiling's measured records
-    remeasured: dict[Tiling, float]  # of its side-by-side re-measures at the end of a run
-    threads: Counter[int]  # how many records ran on how many host threads
-
-
-def _measured(session: Session, workload_id: int) -> _Measured:
-    """A workload's measured (ok, not predicted) records; the cpu-twin's name their threads."""
-    from tilewise.status import RecordSource
-    from tilewise.store import RecordStatus, records_for
-
-    latencies: dict[Tiling, list[float]] = {}
-    remeasured: dict[Tiling, list[float]] = {}
-    threads: Counter[int] = Counter()
-    for r in records_for(session, workload_id=workload_id, status=RecordStatus.OK):
-        if r.latency_us is not None and r.latency_us > 0 and r.source != RecordSource.PREDICTED:
-            latencies.setdefault(r.tiling, []).append(r.latency_us)
-            if r.source == RecordSource.REMEASURE:
-                remeasured.setdefault(r.tiling, []).append(r.latency_us)
-            count = r.env.get("threads")
-            if isinstance(count, int) and not isinstance(count, bool) and count > 0:
-                threads[count] += 1
-    return _Measured(
-        {t: float(np.median(v)) for t, v in latencies.items()},
-        {t: float(np.median(v)) for t, v in remeasured.items()},
-        threads,
-    )
-
-
-def _units(
-    workloads: Sequence[WorkloadRow],
-    measured: Mapping[int, _Measured],
-) -> dict[str, int]:
-    """Per "target/dtype" group: the host threads most of its records ran on, for the groups
-    whose records name them (the features then count waves over those threads)."""
-    counts: dict[str, Counter[int]] = {}
-    for w in workloads:
-        counts.setdefault(f"{w.target}/{w.dtype}", Counter()).update(measured[w.id].threads)
-    return {group: c.most_common(1)[0][0] for group, c in counts.items() if c}
 
 
 # -- reading -------------------------------------------------------------------------------------

@@ -43,7 +43,8 @@ nearest rule).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -52,8 +53,11 @@ import numpy as np
 from tilewise.types import Shape, Tiling
 
 if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
     from tilewise.kernels.ops import OpSpec
     from tilewise.kernels.targets import TargetProfile
+    from tilewise.store import WorkloadRow
 
 FEATURES = (
     "waves",
@@ -318,3 +322,46 @@ def fit_model(samples: Sequence[Sample], pairs: Sequence[Pair] = ()) -> Model | 
                 kind, fitted.coef, fitted.intercepts, error, fitted.records, shapes, scale=scale
             )
     return best
+
+
+class Measured(NamedTuple):
+    """A workload's measured records as the model reads them."""
+
+    latencies: dict[Tiling, float]  # median of each tiling's measured records
+    remeasured: dict[Tiling, float]  # of its side-by-side re-measures at the end of a run
+    threads: Counter[int]  # how many records ran on how many host threads
+
+
+def measured_records(session: Session, workload_id: int) -> Measured:
+    """A workload's measured (ok, not predicted) records; the cpu-twin's name their threads."""
+    from tilewise.status import RecordSource
+    from tilewise.store import RecordStatus, records_for
+
+    latencies: dict[Tiling, list[float]] = {}
+    remeasured: dict[Tiling, list[float]] = {}
+    threads: Counter[int] = Counter()
+    for r in records_for(session, workload_id=workload_id, status=RecordStatus.OK):
+        if r.latency_us is not None and r.latency_us > 0 and r.source != RecordSource.PREDICTED:
+            latencies.setdefault(r.tiling, []).append(r.latency_us)
+            if r.source == RecordSource.REMEASURE:
+                remeasured.setdefault(r.tiling, []).append(r.latency_us)
+            count = r.env.get("threads")
+            if isinstance(count, int) and not isinstance(count, bool) and count > 0:
+                threads[count] += 1
+    return Measured(
+        {t: float(np.median(v)) for t, v in latencies.items()},
+        {t: float(np.median(v)) for t, v in remeasured.items()},
+        threads,
+    )
+
+
+def thread_units(
+    workloads: Sequence[WorkloadRow],
+    measured: Mapping[int, Measured],
+) -> dict[str, int]:
+    """Per "target/dtype" group: the host threads most of its records ran on, for the groups
+    whose records name them (the features then count waves over those threads)."""
+    counts: dict[str, Counter[int]] = {}
+    for w in workloads:
+        counts.setdefault(f"{w.target}/{w.dtype}", Counter()).update(measured[w.id].threads)
+    return {group: c.most_common(1)[0][0] for group, c in counts.items() if c}

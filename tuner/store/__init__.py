@@ -56,6 +56,7 @@ from tilewise.store._engine import (
     safe_url,
     session_scope,
 )
+from tilewise.store._grids import measured_grid, save_measured_grid
 from tilewise.store._jobs import (
     JobRow,
     cancel_job,
@@ -165,6 +166,7 @@ __all__ = [
     "list_misses",
     "list_workers",
     "lock_workload",
+    "measured_grid",
     "migrate",
     "open_store",
     "optuna_engine_kwargs",
@@ -175,6 +177,7 @@ __all__ = [
     "renew_assist",
     "renew_lease",
     "safe_url",
+    "save_measured_grid",
     "session_scope",
     "tag_record",
     "tiling_table_fingerprint",

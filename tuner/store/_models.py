@@ -314,5 +314,20 @@ class MissModel(Base):
     last_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 
+class MeasuredGridModel(Base):
+    """A choice grid decided by measuring (``tilewise export --measure``), with the basis it was
+    decided from: used while the group's tuned shapes, tilings and toolchains hash to it."""
+
+    __tablename__ = "tw_measured_grids"
+
+    op: Mapped[str] = mapped_column(String(64), primary_key=True)
+    op_version: Mapped[str] = mapped_column(String(64), primary_key=True)
+    target: Mapped[str] = mapped_column(String(64), primary_key=True)
+    dtype: Mapped[str] = mapped_column(String(16), primary_key=True)
+    basis: Mapped[str] = mapped_column(String(64))
+    grid: Mapped[dict[str, Any]] = mapped_column(json_type())
+    measured_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
 #: Our tables: what migrations manage and what "does the schema exist" looks for.
 TABLE_NAMES: frozenset[str] = frozenset(Base.metadata.tables)

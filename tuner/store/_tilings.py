@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 from tilewise.errors import InputError
 from tilewise.status import RecordSource, RecordStatus
 from tilewise.store._models import (
+    MeasuredGridModel,
     RecordModel,
     TilingModel,
     ToolchainModel,
@@ -234,17 +235,22 @@ def count_tilings(session: Session) -> int:
     return int(session.scalar(query) or 0)
 
 
-def tiling_table_fingerprint(session: Session) -> tuple[int, int, datetime | None]:
-    """A cheap summary of the tiling table that every upsert changes: its row count, the sum of
-    its record ids and its latest ``updated_at``. A new row changes the count; a replaced one
-    points at a newer record, whose id is larger."""
+def tiling_table_fingerprint(
+    session: Session,
+) -> tuple[int, int, datetime | None, datetime | None]:
+    """A cheap summary of what a tiling table document is built from, that every change of it
+    changes: the tiling table's row count, the sum of its record ids and its latest
+    ``updated_at`` (a new row changes the count; a replaced one points at a newer record, whose
+    id is larger), and the time the latest measured grid was kept."""
+    grids = select(sa_func.max(MeasuredGridModel.measured_at)).scalar_subquery()
     query = select(
         sa_func.count(),
         sa_func.coalesce(sa_func.sum(TilingModel.record_id), 0),
         sa_func.max(TilingModel.updated_at),
-    )
-    rows, record_ids, updated_at = session.execute(query).one()
-    return int(rows), int(record_ids), updated_at
+        grids,
+    ).select_from(TilingModel)
+    rows, record_ids, updated_at, measured_at = session.execute(query).one()
+    return int(rows), int(record_ids), updated_at, measured_at
 
 
 def best_tilings(

@@ -25,6 +25,7 @@ from tilewise.store import (
     get_workload,
     lock_workload,
     records_for,
+    save_measured_grid,
     session_scope,
     tiling_table_fingerprint,
     top_k,
@@ -272,7 +273,7 @@ def test_upsert_tiling_replaces(store: Store) -> None:
 def test_counts_and_the_tiling_table_fingerprint(store: Store) -> None:
     with session_scope(store) as session:
         assert (count_workloads(session), count_tilings(session)) == (0, 0)
-        assert tiling_table_fingerprint(session) == (0, 0, None)
+        assert tiling_table_fingerprint(session) == (0, 0, None, None)
         wid = commit_workload(session, _workload()).id
         commit_workload(session, _workload(128))
         r1 = _ok(session, wid, 64, 20.0)
@@ -305,7 +306,15 @@ def test_counts_and_the_tiling_table_fingerprint(store: Store) -> None:
             evaluations=2,
         )
     with session_scope(store) as session:
-        assert tiling_table_fingerprint(session)[:2] == (1, r2)
+        second = tiling_table_fingerprint(session)
+        assert second[:2] == (1, r2) and second[3] is None
+        # A measured grid kept changes what a table is built from.
+        save_measured_grid(
+            session, op="op", op_version="v", target="cpu-twin", dtype="float32", basis="b", grid={}
+        )
+    with session_scope(store) as session:
+        third = tiling_table_fingerprint(session)
+        assert third[:3] == second[:3] and third[3] is not None
 
 
 def test_upsert_tiling_with_unknown_record_is_refused(store: Store) -> None:

@@ -38,6 +38,7 @@ OUR_TABLES = {
     "tw_batches",
     "tw_batch_items",
     "tw_misses",
+    "tw_measured_grids",
     "tw_toolchains",
     "tw_winner_history",
 }
