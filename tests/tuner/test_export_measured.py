@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from tests_support import host_toolchain, portfolio_best, tuned_best_and_default
+from tests_support import host_toolchain, ok_record, portfolio_best, tuned_best_and_default
 
 from tests.tuner.test_export import COMPILERS, _ask_c, _build, _fields
 from tests.tuner.test_export_portfolio import tilewise
@@ -317,22 +317,12 @@ def test_a_kept_measured_grid_answers_later_exports_while_its_tunes_hold(
         )
         assert workload is not None
         default = LAG.default_tiling(first, "float32", TWIN)
-        record = st.add_record(
-            session,
-            toolchain=host_toolchain(),
-            workload_id=workload.id,
-            tiling=default,
-            status="ok",
-            latency_us=1.0,
-            spread=0.01,
-            source="search",
-            env={"host": "test"},
-        )
+        record_id = ok_record(session, workload.id, default, 1.0)
         st.upsert_tiling(
             session,
             toolchain=host_toolchain(),
             workload_id=workload.id,
-            record_id=record.id,
+            record_id=record_id,
             tiling=default,
             latency_us=1.0,
             default_latency_us=1.0,

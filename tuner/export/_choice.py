@@ -314,16 +314,9 @@ def choices_of(
     every measured record of its current-version workloads in ``rows``; with ``measure``
     decided by measuring each cell on the target instead (a grid even where no model fits, its
     basis in its model entry: :mod:`tilewise.export._kept_grids`). Without ``measure``, a grid
-    measured before from the same tuned shapes and tilings, kept in the database, comes first."""
+    measured before from the same tuned shapes and tilings, kept in the database, comes first:
+    the op's records are read and its model fitted only for groups without one."""
     from tilewise.export._kept_grids import grid_basis, kept_grid, toolchains_of, with_basis
-    from tilewise.export._model import (
-        Pair,
-        Sample,
-        features,
-        fit_model,
-        measured_records,
-        thread_units,
-    )
     from tilewise.kernels.ops import get_op
     from tilewise.kernels.targets import get_target
 
@@ -340,49 +333,69 @@ def choices_of(
     out: list[Choice] = []
     for op, workloads in sorted(by_op.items()):
         spec = get_op(op)
-        measured = {w.id: measured_records(session, w.id) for w in workloads}
-        units = thread_units(workloads, measured)
-        samples, pairs = [], []
-        for w in workloads:
-            profile = get_target(w.target)
-            group = f"{profile.name}/{w.dtype}"
-            default = spec.default_tiling(w.shape, w.dtype, profile)
-            default_key = default.key()
-            found = measured[w.id]
-            for tiling, latency in found.latencies.items():
-                x = features(spec, tiling, w.shape, w.dtype, profile, units.get(group))
-                if x is not None:
-                    is_default = tiling.key() == default_key
-                    samples.append(Sample(group, w.shape, x, math.log(latency), is_default))
-            base = found.remeasured.get(default)
-            x_default = features(spec, default, w.shape, w.dtype, profile, units.get(group))
-            if base is None or x_default is None:
-                continue
-            for tiling, latency in found.remeasured.items():
-                x = features(spec, tiling, w.shape, w.dtype, profile, units.get(group))
-                if tiling != default and x is not None:
-                    pairs.append(Pair(group, w.shape, x, x_default, math.log(latency / base)))
-        model = fit_model(samples, pairs)
-        if model is not None:
-            model = replace(model, units=units)
         groups: dict[tuple[str, str], list[TableEntry]] = {}
         for e in entries:
             if e.op == op and e.op_version == spec.version:
                 groups.setdefault((e.target, e.dtype), []).append(e)
+        bases = {key: grid_basis(members, toolchains) for key, members in groups.items()}
+        kept: dict[tuple[str, str], Choice] = {}
+        if measure is None:
+            for (target, dtype), basis in bases.items():
+                grid = kept_grid(session, spec, target, dtype, basis)
+                if grid is not None:
+                    kept[(target, dtype)] = grid
+        model = _op_model(session, spec, workloads) if len(kept) < len(groups) else None
         for (target, dtype), members in sorted(groups.items()):
-            basis = grid_basis(members, toolchains)
-            if measure is None:
-                # A grid measured from these very tunes answers before the model's.
-                kept = kept_grid(session, spec, target, dtype, basis)
-                if kept is not None:
-                    out.append(kept)
-                    continue
-                if model is None:
-                    continue
+            if (target, dtype) in kept:
+                out.append(kept[(target, dtype)])
+                continue
+            if measure is None and model is None:
+                continue
             grid = build_choice(spec, get_target(target), dtype, members, model, measure=measure)
             if grid is not None:
+                basis = bases[(target, dtype)]
                 out.append(grid if measure is None else with_basis(grid, basis))
     return out
+
+
+def _op_model(session: Session, spec: OpSpec, workloads: Sequence[WorkloadRow]) -> Model | None:
+    """The latency model of ``spec`` fitted on every measured record of ``workloads``: each
+    record's time, and each tune's side-by-side re-measures against its default; None where
+    the records do not allow one."""
+    from tilewise.export._model import (
+        Pair,
+        Sample,
+        features,
+        fit_model,
+        measured_records,
+        thread_units,
+    )
+    from tilewise.kernels.targets import get_target
+
+    measured = {w.id: measured_records(session, w.id) for w in workloads}
+    units = thread_units(workloads, measured)
+    samples, pairs = [], []
+    for w in workloads:
+        profile = get_target(w.target)
+        group = f"{profile.name}/{w.dtype}"
+        default = spec.default_tiling(w.shape, w.dtype, profile)
+        default_key = default.key()
+        found = measured[w.id]
+        for tiling, latency in found.latencies.items():
+            x = features(spec, tiling, w.shape, w.dtype, profile, units.get(group))
+            if x is not None:
+                is_default = tiling.key() == default_key
+                samples.append(Sample(group, w.shape, x, math.log(latency), is_default))
+        base = found.remeasured.get(default)
+        x_default = features(spec, default, w.shape, w.dtype, profile, units.get(group))
+        if base is None or x_default is None:
+            continue
+        for tiling, latency in found.remeasured.items():
+            x = features(spec, tiling, w.shape, w.dtype, profile, units.get(group))
+            if tiling != default and x is not None:
+                pairs.append(Pair(group, w.shape, x, x_default, math.log(latency / base)))
+    model = fit_model(samples, pairs)
+    return None if model is None else replace(model, units=units)
 
 
 # -- reading -------------------------------------------------------------------------------------
