@@ -11,7 +11,9 @@ evaluations, the job's budget is not spent (:class:`JobTag`).
 from __future__ import annotations
 
 import time
+import uuid
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from tilewise import store
@@ -115,9 +117,41 @@ class Evaluator(Measurer):
                 for r in store.records_for(s, workload_id=self.workload_id)
                 if r.source != RecordSource.REMEASURE
             }
-        #: Keys of the tilings the search left to another worker that was measuring them
-        #: (``_TunerLoop.running_elsewhere``): their records are that worker's to write.
+        #: Keys of the tilings the search left to another worker that claimed them
+        #: (:meth:`claim`): their records are that worker's to write.
         self.elsewhere: set[str] = set()
+        #: Who this evaluator's claims name: its job's worker, and one evaluator of it.
+        self.claimant = f"{'tune' if job is None else job.worker_id}/{uuid.uuid4().hex[:12]}"
+
+    @property
+    def evaluation_bound_s(self) -> float:
+        """The longest one evaluation can take: its build, two runs and the measurement."""
+        s = self.settings
+        return s.build_timeout_s + 2 * s.run_timeout_s + s.max_measure_s
+
+    def claim(self, tiling: Tiling) -> bool:
+        """Take ``tiling`` to measure (:func:`tilewise.store.claim_tiling`); False when another
+        worker sharing the workload claimed it first: it is added to :attr:`elsewhere`, and its
+        record is that worker's to write."""
+        stale_before = datetime.now(UTC) - timedelta(seconds=self.evaluation_bound_s)
+        with self.db.session() as s:
+            mine = store.claim_tiling(
+                s,
+                workload_id=self.workload_id,
+                tiling_key=tiling.key(),
+                claimant=self.claimant,
+                stale_before=stale_before,
+            )
+        if not mine:
+            self.elsewhere.add(tiling.key())
+        return mine
+
+    def release(self, tiling: Tiling) -> None:
+        """Give up the claim of ``tiling``, whose evaluation ended without a record."""
+        with self.db.session() as s:
+            store.release_claim(
+                s, workload_id=self.workload_id, tiling_key=tiling.key(), claimant=self.claimant
+            )
 
     def awaited(self, tiling: Tiling) -> Outcome | None:
         """The outcome another worker records for ``tiling``, a tiling the search left to it
@@ -126,7 +160,7 @@ class Evaluator(Measurer):
         if tiling.key() not in self.elsewhere:
             return None
         s = self.settings
-        deadline = time.monotonic() + s.build_timeout_s + 2 * s.run_timeout_s + s.max_measure_s
+        deadline = time.monotonic() + self.evaluation_bound_s
         while True:
             with self.db.session() as session:
                 found = store.find_record(

@@ -11,8 +11,8 @@ end the best few and the default are re-measured side by side before the winner 
 (``_remeasure``).
 
 Several tuners (workers) may share one workload's study: each re-reads the records right before
-it evaluates a tiling, and skips a proposal that another tuner is evaluating at that moment (a
-running trial of the study with the same parameters), so no tiling is measured twice. That is
+it evaluates a tiling, and claims the tiling in the database first (``tw_tiling_claims``): a
+proposal another tuner claimed is left to it, so no tiling is measured twice. That is
 also how a job's holder and its assistants (idle workers that help with a running job) share
 the job's budget; only the holder re-measures and stores the winner.
 """
@@ -40,7 +40,6 @@ from tilewise.search import _remeasure, _study
 from tilewise.search._evaluate import Evaluator, JobTag, Outcome, Progress
 from tilewise.search._loop import AskTellLoop, set_constraints
 from tilewise.search._remeasure import Measured
-from tilewise.search._running import running_before
 from tilewise.search._space import SearchSpace, distributions, tiling_from_params
 from tilewise.search._storage import close_storage, open_storage
 from tilewise.search._strategies import make_sampler
@@ -323,8 +322,10 @@ class Tuner(Evaluator):
     def measure_default(self, default: Tiling) -> Outcome:
         """``default`` evaluated at the finish as a trial of the study, so that the study knows
         its time and its record its trial (assistants may have spent the job's budget without
-        it). An older trial of it running elsewhere (an assistant's, in flight) measures it:
+        it). Another worker that claimed it (an assistant's evaluation in flight) measures it:
         its record is awaited. Evaluated outside the study when the study is out of reach."""
+        if not self.claim(default):
+            return self.awaited(default) or super().measure_default(default)
         try:
             storage = self._storage()
         except (sqlalchemy.exc.SQLAlchemyError, StoreError) as exc:
@@ -335,18 +336,6 @@ class Tuner(Evaluator):
             if trial is None:
                 return super().measure_default(default)
             try:
-                elsewhere = running_before(trial.study, trial, self.settings)
-                if elsewhere:
-                    trial.study.tell(trial, state=optuna.trial.TrialState.FAIL)
-            except _STUDY_ERRORS as exc:
-                log.warning(
-                    "%s: the default is measured outside the study: %s", trial.study.study_name, exc
-                )
-                return super().measure_default(default)
-            if elsewhere:
-                self.elsewhere.add(default.key())
-                return self.awaited(default) or super().measure_default(default)
-            try:
                 outcome = self.evaluate(
                     default,
                     source=RecordSource.DEFAULT,
@@ -354,8 +343,11 @@ class Tuner(Evaluator):
                     trial=trial.number,
                 )
             except BaseException:
-                with contextlib.suppress(Exception):  # the evaluation's error is the one to see
+                # The evaluation's error is the one to see.
+                with contextlib.suppress(Exception):
                     trial.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                with contextlib.suppress(Exception):
+                    self.release(default)
                 raise
             set_constraints(trial, outcome.constraints)
             trial.study.tell(trial, outcome.value if outcome.value is not None else math.inf)
@@ -439,12 +431,10 @@ class _TunerLoop(AskTellLoop[str, Outcome]):
         return False
 
     def running_elsewhere(self, trial: optuna.Trial) -> bool:
-        """Whether another worker is measuring this tiling now (:func:`running_before`): its
-        record will tell, and the finish awaits it rather than measure it again."""
-        if running_before(self.study, trial, self.tuner.settings):
-            self.tuner.elsewhere.add(self.key(trial.params))
-            return True
-        return False
+        """Whether another worker sharing the study claimed this tiling first
+        (:meth:`~tilewise.search._evaluate.Evaluator.claim`): its record will tell, and the
+        finish awaits it rather than measure it again."""
+        return not self.tuner.claim(tiling_from_params(trial.params))
 
     def _job_budget_spent(self) -> bool:
         """Whether the job's evaluations (this tuner's and its other workers') reached its
@@ -459,9 +449,14 @@ class _TunerLoop(AskTellLoop[str, Outcome]):
     def evaluate(self, trial: optuna.Trial) -> Outcome:
         tiling = tiling_from_params(trial.params)
         source = RecordSource.DEFAULT if tiling == self.default else RecordSource.SEARCH
-        return self.tuner.evaluate(
-            tiling, source=source, progress=self.progress, trial=trial.number
-        )
+        try:
+            return self.tuner.evaluate(
+                tiling, source=source, progress=self.progress, trial=trial.number
+            )
+        except BaseException:
+            with contextlib.suppress(Exception):  # the evaluation's error is the one to see
+                self.tuner.release(tiling)
+            raise
 
     def told(self) -> None:
         if self.on_progress is not None:

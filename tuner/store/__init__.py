@@ -16,8 +16,9 @@ caller's ``session_scope`` does), and returns frozen ``*Row`` values that stay v
 session is closed. "Now" is this host's UTC clock (``now=`` overrides it, for tests). They live
 in one module per aggregate: workloads and records, toolchains, the tiling table (one
 winner per workload and toolchain, and the history of winners), jobs and their leases, a
-job's evaluations and assistants, batches of jobs (a submitted manifest), workers, and the
-shapes the service answered without an exact entry (misses).
+job's evaluations and assistants, which worker measures a tiling of a shared study (claims),
+batches of jobs (a submitted manifest), workers, and the shapes the service answered without
+an exact entry (misses).
 
 Optuna's RDB storage may share the database: our tables are ``tw_*`` and our Alembic version
 table is ``tilewise_alembic_version``.
@@ -43,6 +44,7 @@ from tilewise.store._batches import (
     get_batch,
     list_batches,
 )
+from tilewise.store._claims import claim_tiling, release_claim
 from tilewise.store._engine import (
     VERSION_TABLE,
     Store,
@@ -136,6 +138,7 @@ __all__ = [
     "cancel_job",
     "check_schema",
     "claim_job",
+    "claim_tiling",
     "commit_toolchain",
     "commit_workload",
     "count_evaluations_by_status",
@@ -173,6 +176,7 @@ __all__ = [
     "queued_jobs_by_target",
     "record_misses",
     "records_for",
+    "release_claim",
     "release_job",
     "renew_assist",
     "renew_lease",

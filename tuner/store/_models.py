@@ -329,5 +329,18 @@ class MeasuredGridModel(Base):
     measured_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 
+class TilingClaimModel(Base):
+    """A tiling of a workload that one worker took to measure (``tilewise.store.claim_tiling``):
+    the workers sharing the workload's study leave it to that worker. Kept after its record is
+    written; ``claimed_at`` tells a claim left by a worker that died mid-evaluation."""
+
+    __tablename__ = "tw_tiling_claims"
+
+    workload_id: Mapped[int] = mapped_column(ForeignKey("tw_workloads.id"), primary_key=True)
+    tiling_key: Mapped[str] = mapped_column(String(1024), primary_key=True)
+    claimant: Mapped[str] = mapped_column(String(255))
+    claimed_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
 #: Our tables: what migrations manage and what "does the schema exist" looks for.
 TABLE_NAMES: frozenset[str] = frozenset(Base.metadata.tables)

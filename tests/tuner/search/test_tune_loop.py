@@ -16,9 +16,8 @@ from tilewise import store
 from tilewise.kernels.backends import Backend
 from tilewise.kernels.ops import OpSpec, get_op
 from tilewise.kernels.targets import TargetProfile, twin_target
-from tilewise.search import Budget, Tuner, _running
+from tilewise.search import Budget, Tuner
 from tilewise.search._evaluate import Progress
-from tilewise.search._running import running_before
 from tilewise.search._space import distributions
 from tilewise.search._storage import close_storage, open_storage
 from tilewise.settings import Settings
@@ -69,17 +68,6 @@ def _running_copy(study: optuna.Study, tuner: Tuner, tiling: Tiling) -> None:
     )
 
 
-def _running_trial(
-    storage: optuna.storages.BaseStorage, study: optuna.Study, tuner: Tuner, tiling: Tiling
-) -> optuna.Trial:
-    """This worker's trial of ``tiling``, running, its parameters written as it is created."""
-    study_id = storage.get_study_id_from_name(study.study_name)
-    template = optuna.trial.create_trial(
-        state=TrialState.RUNNING, params=dict(tiling), distributions=distributions(tuner.tunables)
-    )
-    return optuna.Trial(study, storage.create_new_trial(study_id, template_trial=template))
-
-
 def _recorded_later(other: Tuner, tiling: Tiling, *, trial: int) -> threading.Timer:
     """A timer (to start) after which ``other`` records ``tiling`` as the study's ``trial``."""
     return threading.Timer(
@@ -88,14 +76,6 @@ def _recorded_later(other: Tuner, tiling: Tiling, *, trial: int) -> threading.Ti
         args=(tiling,),
         kwargs={"source": RecordSource.DEFAULT, "progress": Progress(budget=1), "trial": trial},
     )
-
-
-def _write_params(
-    storage: optuna.storages.BaseStorage, trial_id: int, tuner: Tuner, tiling: Tiling
-) -> None:
-    """``tiling``'s parameters written to the trial ``trial_id``, one by one."""
-    for name, dist in distributions(tuner.tunables).items():
-        storage.set_trial_param(trial_id, name, dist.to_internal_repr(tiling[name]), dist)
 
 
 def test_default_first_no_tiling_twice_infeasible_never_built(settings: Settings) -> None:
@@ -225,11 +205,12 @@ def test_the_backends_prior_tilings_are_measured_first(settings: Settings) -> No
     db.close()
 
 
-def test_of_two_workers_asked_one_tiling_at_once_the_older_trial_measures_it(
+def test_of_two_workers_asked_one_tiling_at_once_the_first_to_claim_it_measures_it(
     settings: Settings,
 ) -> None:
     """Two workers that pop one tiling each at the same moment (the default, queued by both)
-    each see the other's trial running: the younger yields, the older measures and is told."""
+    each have a trial of it running: the one that claims it first measures it and is told, the
+    other's claim finds it taken."""
     db = store.open_store(settings.db_url)
     backend = counting_backend()
     tuner = make_tuner(db, backend, settings)
@@ -253,12 +234,17 @@ def test_of_two_workers_asked_one_tiling_at_once_the_older_trial_measures_it(
     (measured,) = [r for r in records if r.tiling_key == default.key() and r.source == "default"]
     assert measured.trial_number == 0 and states[0] is TrialState.COMPLETE
     assert states[1] is TrialState.RUNNING  # the other worker's, still in flight
+    other = make_tuner(store.open_store(settings.db_url), counting_backend(), settings)
+    try:
+        assert not other.claim(default) and default.key() in other.elsewhere
+    finally:
+        other.db.close()
 
 
 def test_a_tiling_left_to_another_worker_is_awaited_at_the_finish_not_measured(
     settings: Settings,
 ) -> None:
-    """The search gives way to an older running trial of the default; the budget is spent
+    """The search gives way to another worker that claimed the default; the budget is spent
     before that worker's record comes: the finish waits for the record instead of measuring
     the default a second time."""
     settings = settings.model_copy(update={"poll_s": 0.05})
@@ -273,7 +259,9 @@ def test_a_tiling_left_to_another_worker_is_awaited_at_the_finish_not_measured(
         study = optuna.create_study(
             study_name=tuner.workload.study_name, storage=storage, load_if_exists=True
         )
-        # Trial 0: the other worker's copy of the default, running; trial 1: this tuner's.
+        # Trial 0: the other worker's copy of the default, claimed, running; trial 1: this
+        # tuner's.
+        assert other.claim(default)
         _running_copy(study, tuner, default)
         study.enqueue_trial(dict(default))
         writer.start()
@@ -333,8 +321,8 @@ def test_a_default_the_search_never_reached_is_measured_as_a_trial_of_the_study(
 
 
 def test_a_default_another_worker_measures_at_the_finish_is_awaited(settings: Settings) -> None:
-    """At the finish an older trial of the default is running (an assistant's, in flight):
-    the finish's own trial gives way and the assistant's record is awaited."""
+    """At the finish another worker has claimed the default (an assistant's evaluation in
+    flight): the finish leaves it to that worker and awaits its record."""
     settings = settings.model_copy(update={"poll_s": 0.05})
     db = store.open_store(settings.db_url)
     backend = counting_backend()
@@ -348,11 +336,12 @@ def test_a_default_another_worker_measures_at_the_finish_is_awaited(settings: Se
         study = optuna.create_study(
             study_name=tuner.workload.study_name, storage=storage, load_if_exists=True
         )
+        assert other.claim(default)
         _running_copy(study, tuner, default)
         writer.start()
         result = tuner.run(Budget(4, seconds=0.0), seed=1)
         writer.join()
-        states = {t.number: t.state for t in study.get_trials(deepcopy=False)}
+        trials = [t for t in study.get_trials(deepcopy=False) if t.params == dict(default)]
         with db.session() as s:
             records = store.records_for(s, workload_id=tuner.workload_id)
     finally:
@@ -362,65 +351,54 @@ def test_a_default_another_worker_measures_at_the_finish_is_awaited(settings: Se
     assert backend.checked[default.key()] == 0
     (measured,) = [r for r in records if r.tiling_key == default.key() and r.source == "default"]
     assert measured.trial_number == 0
-    assert states[max(states)] is TrialState.FAIL  # the finish's own trial gave way
+    assert [t.number for t in trials] == [0]  # the finish made no trial of its own
     assert result.default is not None
 
 
-def test_an_older_trial_still_writing_its_parameters_is_waited_for(settings: Settings) -> None:
-    """Another worker's older trial exists but its parameters are written one by one after
-    it: the check waits for them (the same tiling: give way) instead of missing it."""
+def test_claims_of_one_tiling_at_once_take_it_once(settings: Settings) -> None:
+    """Workers that claim one tiling at the same moment: exactly one of them takes it."""
     db = store.open_store(settings.db_url)
-    tuner = make_tuner(db, counting_backend(), settings)
-    default = tuner.spec.default_tiling(tuner.shape, "float32", tuner.target)
-    storage = open_storage(db.url, tuner.workload.study_name, None)
+    tuners = [make_tuner(db, counting_backend(), settings) for _ in range(8)]
+    default = tuners[0].spec.default_tiling(tuners[0].shape, "float32", tuners[0].target)
+    start = threading.Barrier(len(tuners))
+    taken: list[bool] = []
+
+    def claim(tuner: Tuner) -> None:
+        start.wait()
+        taken.append(tuner.claim(default))
+
+    threads = [threading.Thread(target=claim, args=(t,)) for t in tuners]
     try:
-        study = optuna.create_study(study_name=tuner.workload.study_name, storage=storage)
-        study_id = storage.get_study_id_from_name(tuner.workload.study_name)
-        older = storage.create_new_trial(study_id)  # running, no parameters yet
-        mine = _running_trial(storage, study, tuner, default)
-
-        writer = threading.Timer(0.2, _write_params, args=(storage, older, tuner, default))
-        writer.start()
-        assert running_before(study, mine, settings)
-        writer.join()
-        # Another tiling's trial, its parameters all written: no reason to wait or give way.
-        storage.set_trial_state_values(older, TrialState.FAIL)
-        other = storage.create_new_trial(study_id)
-        _write_params(storage, other, tuner, default.replace(bufferNum=3 - default["bufferNum"]))
-        assert not running_before(study, mine, settings)
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
     finally:
-        close_storage(storage)
         db.close()
+    assert sorted(taken) == [False] * 7 + [True]
+    assert sum(default.key() in t.elsewhere for t in tuners) == 7
 
 
-@pytest.mark.parametrize("ends", ["stale", "stalled"])
-def test_an_older_trial_left_short_of_parameters_is_waited_for_until_stale_or_stalled(
-    settings: Settings, ends: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """An older trial whose worker died while writing its parameters: the check waits as long
-    as one evaluation can take (the trial may be slow, not dead), or until no parameter came
-    for a while, then measures."""
-    if ends == "stale":  # one evaluation's bound: 1.5 s from the older trial's start
-        settings = settings.model_copy(
-            update={"build_timeout_s": 0.6, "run_timeout_s": 0.3, "max_measure_s": 0.3}
-        )
-    else:  # the bound is minutes; no parameter for 1.5 s
-        monkeypatch.setattr(_running, "STALL_S", 1.5)
+def test_a_claim_left_without_a_record_is_taken_over_once_stale(settings: Settings) -> None:
+    """A claim is the claimant's while one evaluation can take; older and without a record
+    (its worker died mid-evaluation) another worker takes it over. A claim with a record is
+    never taken over, and a released claim is free at once."""
+    settings = settings.model_copy(
+        update={"build_timeout_s": 0.6, "run_timeout_s": 0.3, "max_measure_s": 0.3}
+    )
     db = store.open_store(settings.db_url)
-    tuner = make_tuner(db, counting_backend(), settings)
-    default = tuner.spec.default_tiling(tuner.shape, "float32", tuner.target)
-    storage = open_storage(db.url, tuner.workload.study_name, None)
+    mine, other = (make_tuner(db, counting_backend(), settings) for _ in range(2))
+    default = mine.spec.default_tiling(mine.shape, "float32", mine.target)
+    measured = default.replace(bufferNum=3 - default["bufferNum"])
     try:
-        study = optuna.create_study(study_name=tuner.workload.study_name, storage=storage)
-        study_id = storage.get_study_id_from_name(tuner.workload.study_name)
-        older = storage.create_new_trial(study_id)
-        name, dist = next(iter(distributions(tuner.tunables).items()))
-        storage.set_trial_param(older, name, dist.to_internal_repr(default[name]), dist)
-        mine = _running_trial(storage, study, tuner, default)
-        started = time.monotonic()
-        assert not running_before(study, mine, settings)
-        waited = time.monotonic() - started
+        assert other.claim(default) and other.claim(measured)
+        other.evaluate(measured, source=RecordSource.SEARCH, progress=Progress(budget=1))
+        assert not mine.claim(default) and not mine.claim(measured)
+        assert other.claim(default)  # its own claim stays its own
+        time.sleep(other.evaluation_bound_s + 0.1)
+        assert mine.claim(default) and not mine.claim(measured)
+        assert not other.claim(default)
+        mine.release(default)
+        assert other.claim(default)
     finally:
-        close_storage(storage)
         db.close()
-    assert 1.0 <= waited < 10.0

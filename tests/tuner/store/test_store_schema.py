@@ -39,6 +39,7 @@ OUR_TABLES = {
     "tw_batch_items",
     "tw_misses",
     "tw_measured_grids",
+    "tw_tiling_claims",
     "tw_toolchains",
     "tw_winner_history",
 }
