@@ -17,8 +17,9 @@ from tilewise.kernels.backends import Backend, BuildResult, RunResult
 from tilewise.kernels.ops import OpSpec, get_op
 from tilewise.kernels.targets import twin_target
 from tilewise.search import Budget, JobTag, Progress, Tuner
+from tilewise.search._evaluate import Outcome
 from tilewise.settings import Settings
-from tilewise.store import JobStatus
+from tilewise.store import JobStatus, RecordStatus
 from tilewise.store._models import utcnow
 from tilewise.types import Shape, Tiling, Workload
 from tilewise.worker import Worker
@@ -276,6 +277,47 @@ def test_holder_stops_when_assistants_spent_the_budget_and_finishes(
     assert spent(db, job.id) == 3
     with db.session() as s:
         assert store.get_tiling(s, workload_id=job.workload_id, toolchain=None) is not None
+
+
+def test_a_tuner_waits_for_evaluations_in_flight_that_would_spend_the_budget(
+    settings: Settings, db: store.Store
+) -> None:
+    """Two tilings an assistant claimed and is measuring would spend the job's budget: the
+    holder waits for their records rather than start an evaluation that would not count. One
+    of them ends rejected before its build (no evaluation): the holder takes that one."""
+    job = queue_job(db, budget=3)
+    with db.session() as s:
+        assert store.claim_job(s, worker_id="h", lease_seconds=30) is not None
+        assert store.assist_job(s, worker_id="a", max_assistants=1, lease_seconds=30)
+    helper = make_tuner(db, settings, FakeBackend(), JobTag(job.id, "a", budget_evals=3))
+    first, flying, rejected = tilings(3)
+    helper.evaluate(first, source="search", progress=Progress(budget=3))
+    assert helper.claim(flying) and helper.claim(rejected)
+
+    def land() -> None:
+        helper.evaluate(flying, source="search", progress=Progress(budget=3))
+        helper.record(rejected, Outcome(RecordStatus.INFEASIBLE, None), source="search")
+
+    backend = FakeBackend()
+    holder = make_tuner(db, settings, backend, JobTag(job.id, "h", budget_evals=3))
+    landing = threading.Timer(0.5, land)
+    landing.start()
+    try:
+        result = holder.run(Budget(3), seed=1)
+    finally:
+        landing.join()
+    assert result.progress.evaluations == 1 and spent(db, job.id) == 3
+    with db.session() as s:
+        records = store.records_for(s, workload_id=job.workload_id)
+    last_helper = max(r.id for r in records if r.tiling_key == rejected.key())
+    (holders,) = [
+        r
+        for r in records
+        if r.job_id == job.id
+        and r.tiling_key in backend.checked
+        and r.source != store.SOURCE_REMEASURE
+    ]
+    assert holders.id > last_helper  # started after the assistant's records came
 
 
 def test_an_assistant_never_finishes(settings: Settings, db: store.Store) -> None:

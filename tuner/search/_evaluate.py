@@ -147,7 +147,8 @@ class Evaluator(Measurer):
         return mine
 
     def release(self, tiling: Tiling) -> None:
-        """Give up the claim of ``tiling``, whose evaluation ended without a record."""
+        """Give up the claim of ``tiling``, whose evaluation ended without a record (a record
+        ends its claim: :meth:`record`)."""
         with self.db.session() as s:
             store.release_claim(
                 s, workload_id=self.workload_id, tiling_key=tiling.key(), claimant=self.claimant
@@ -195,6 +196,9 @@ class Evaluator(Measurer):
                 job_id=None if self.job is None else self.job.job_id,
                 **fields,
             )
+            store.release_claim(
+                s, workload_id=self.workload_id, tiling_key=tiling.key(), claimant=self.claimant
+            )
             # Last in the transaction: it may lock the job's row until the commit. A job that
             # is not held any more (reclaimed, cancelled) keeps no record of this worker's: the
             # record still serves the study, it is not one of the job's evaluations. Neither is
@@ -220,6 +224,10 @@ class Evaluator(Measurer):
         """
         with self.db.session() as s:
             found = store.find_record(s, workload_id=self.workload_id, tiling_key=tiling.key())
+            if found is not None:  # recorded by another worker before this one claimed it
+                store.release_claim(
+                    s, workload_id=self.workload_id, tiling_key=tiling.key(), claimant=self.claimant
+                )
         if found is not None:
             progress.duplicates += 1
             known = outcome_of(found)

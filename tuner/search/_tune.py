@@ -25,6 +25,7 @@ import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import optuna
@@ -418,17 +419,26 @@ class _TunerLoop(AskTellLoop[str, Outcome]):
         return self.progress.evaluations
 
     def should_end(self) -> bool:
-        if self.seconds is not None and time.monotonic() - self.started > self.seconds:
-            return True
-        if self._job_budget_spent():
-            return True
-        if self.should_stop is not None and self.should_stop():
-            self.stopped = True
-            return True
-        if self.tuner.all_variants_rejected():
-            log.warning("every compile-time variant is rejected after its build: stopping")
-            return True
-        return False
+        """Checked before every proposal. While the job's evaluations in flight would spend its
+        budget, waits for their records rather than propose one that would not count (one that
+        ends rejected before a build gives its evaluation back)."""
+        pause = 0.05
+        while True:
+            if self.seconds is not None and time.monotonic() - self.started > self.seconds:
+                return True
+            spent, full = self._job_budget()
+            if spent:
+                return True
+            if self.should_stop is not None and self.should_stop():
+                self.stopped = True
+                return True
+            if self.tuner.all_variants_rejected():
+                log.warning("every compile-time variant is rejected after its build: stopping")
+                return True
+            if not full:
+                return False
+            time.sleep(pause)
+            pause = min(2 * pause, self.tuner.settings.poll_s)
 
     def running_elsewhere(self, trial: optuna.Trial) -> bool:
         """Whether another worker sharing the study claimed this tiling first
@@ -436,15 +446,19 @@ class _TunerLoop(AskTellLoop[str, Outcome]):
         finish awaits it rather than measure it again."""
         return not self.tuner.claim(tiling_from_params(trial.params))
 
-    def _job_budget_spent(self) -> bool:
+    def _job_budget(self) -> tuple[bool, bool]:
         """Whether the job's evaluations (this tuner's and its other workers') reached its
-        budget."""
+        budget, and whether they do with those in flight (claimed tilings not recorded yet)."""
         job = self.tuner.job
         if job is None or job.budget_evals is None:
-            return False
+            return False, False
+        since = datetime.now(UTC) - timedelta(seconds=self.tuner.evaluation_bound_s)
         with self.tuner.db.session() as s:
             spent = store.job_spent(s, job_id=job.job_id)
-        return spent >= job.budget_evals
+            if spent >= job.budget_evals:
+                return True, True
+            flying = store.claims_in_flight(s, workload_id=self.tuner.workload_id, since=since)
+        return False, spent + flying >= job.budget_evals
 
     def evaluate(self, trial: optuna.Trial) -> Outcome:
         tiling = tiling_from_params(trial.params)

@@ -44,7 +44,7 @@ from tilewise.store._batches import (
     get_batch,
     list_batches,
 )
-from tilewise.store._claims import claim_tiling, release_claim
+from tilewise.store._claims import claim_tiling, claims_in_flight, release_claim
 from tilewise.store._engine import (
     VERSION_TABLE,
     Store,
@@ -139,6 +139,7 @@ __all__ = [
     "check_schema",
     "claim_job",
     "claim_tiling",
+    "claims_in_flight",
     "commit_toolchain",
     "commit_workload",
     "count_evaluations_by_status",

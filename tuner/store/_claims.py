@@ -1,22 +1,25 @@
-"""Claims of tilings: which worker of a shared study measures a tiling.
+"""Claims of tilings: which worker of a shared study measures a tiling now.
 
 Several workers may tune one workload's study (a job's holder and its assistants, two tunes of
 one workload). Before a worker builds a tiling it claims it: one insert keyed by (workload,
 tiling) that takes the tiling or finds it taken, atomically, in whatever order the workers'
-proposals arrive; the others leave the tiling to the claimant and await its record. A claim is
-kept after its record is written. One older than an evaluation can take, with no record, was left
-by a worker that died mid-evaluation: the next worker to claim the tiling takes it over.
+proposals arrive; the others leave the tiling to the claimant and await its record. The claim
+ends in the transaction that adds the record, so the claims of a workload are its evaluations
+in flight; a worker that claims a tiling after its record was added finds that record before it
+builds (``tilewise.search._evaluate``). A claim older than an evaluation can take was left by a
+worker that died mid-evaluation: the next worker to claim the tiling takes it over.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import and_, delete, exists, or_, update
+from sqlalchemy import delete, or_, select, update
+from sqlalchemy import func as sa_func
 from sqlalchemy.orm import Session
 
 from tilewise.store._coerce import conflict_insert, rowcount
-from tilewise.store._models import RecordModel, TilingClaimModel, utcnow
+from tilewise.store._models import TilingClaimModel, utcnow
 
 
 def claim_tiling(
@@ -30,8 +33,8 @@ def claim_tiling(
 ) -> bool:
     """Take the tiling ``tiling_key`` of the workload for ``claimant`` to measure; whether it
     is ``claimant``'s now (claimed afresh, claimed by it before, or taken over from a claim made
-    before ``stale_before`` that has no record). On PostgreSQL a concurrent claim of the same
-    tiling waits for the first one's transaction: commit right after."""
+    before ``stale_before``). On PostgreSQL a concurrent claim of the same tiling waits for the
+    first one's transaction: commit right after."""
     now = now or utcnow()
     taken = session.scalar(
         conflict_insert(session)(TilingClaimModel)
@@ -41,9 +44,6 @@ def claim_tiling(
     )
     if taken is not None:
         return True
-    recorded = exists().where(
-        RecordModel.workload_id == workload_id, RecordModel.tiling_key == tiling_key
-    )
     result = session.execute(
         update(TilingClaimModel)
         .where(
@@ -51,7 +51,7 @@ def claim_tiling(
             TilingClaimModel.tiling_key == tiling_key,
             or_(
                 TilingClaimModel.claimant == claimant,
-                and_(TilingClaimModel.claimed_at < stale_before, ~recorded),
+                TilingClaimModel.claimed_at < stale_before,
             ),
         )
         .values(claimant=claimant, claimed_at=now)
@@ -61,8 +61,8 @@ def claim_tiling(
 
 
 def release_claim(session: Session, *, workload_id: int, tiling_key: str, claimant: str) -> None:
-    """Give up ``claimant``'s claim of a tiling it will not measure after all (its evaluation
-    failed before a record): another worker may claim it at once."""
+    """End ``claimant``'s claim of a tiling: in the transaction that adds its record, or when
+    its evaluation failed without one (another worker may claim it at once)."""
     session.execute(
         delete(TilingClaimModel)
         .where(
@@ -72,3 +72,14 @@ def release_claim(session: Session, *, workload_id: int, tiling_key: str, claima
         )
         .execution_options(synchronize_session=False)
     )
+
+
+def claims_in_flight(session: Session, *, workload_id: int, since: datetime) -> int:
+    """The tilings of the workload claimed at or after ``since``: the evaluations its workers
+    have in flight (older claims were left by workers that died)."""
+    query = (
+        select(sa_func.count())
+        .select_from(TilingClaimModel)
+        .where(TilingClaimModel.workload_id == workload_id, TilingClaimModel.claimed_at >= since)
+    )
+    return int(session.scalar(query) or 0)

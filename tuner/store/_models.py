@@ -330,9 +330,9 @@ class MeasuredGridModel(Base):
 
 
 class TilingClaimModel(Base):
-    """A tiling of a workload that one worker took to measure (``tilewise.store.claim_tiling``):
-    the workers sharing the workload's study leave it to that worker. Kept after its record is
-    written; ``claimed_at`` tells a claim left by a worker that died mid-evaluation."""
+    """A tiling of a workload that one worker is measuring (``tilewise.store.claim_tiling``):
+    the workers sharing the workload's study leave it to that worker. Deleted with the record's
+    insert; ``claimed_at`` tells a claim left by a worker that died mid-evaluation."""
 
     __tablename__ = "tw_tiling_claims"
 

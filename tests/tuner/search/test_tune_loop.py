@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import optuna
@@ -209,8 +210,7 @@ def test_of_two_workers_asked_one_tiling_at_once_the_first_to_claim_it_measures_
     settings: Settings,
 ) -> None:
     """Two workers that pop one tiling each at the same moment (the default, queued by both)
-    each have a trial of it running: the one that claims it first measures it and is told, the
-    other's claim finds it taken."""
+    each have a trial of it running: the one that claims it first measures it and is told."""
     db = store.open_store(settings.db_url)
     backend = counting_backend()
     tuner = make_tuner(db, backend, settings)
@@ -234,11 +234,15 @@ def test_of_two_workers_asked_one_tiling_at_once_the_first_to_claim_it_measures_
     (measured,) = [r for r in records if r.tiling_key == default.key() and r.source == "default"]
     assert measured.trial_number == 0 and states[0] is TrialState.COMPLETE
     assert states[1] is TrialState.RUNNING  # the other worker's, still in flight
-    other = make_tuner(store.open_store(settings.db_url), counting_backend(), settings)
+    # The other worker, asking for it now, finds its record before building anything.
+    late = counting_backend()
+    other = make_tuner(store.open_store(settings.db_url), late, settings)
     try:
-        assert not other.claim(default) and default.key() in other.elsewhere
+        assert other.claim(default)
+        found = other.evaluate(default, source=RecordSource.DEFAULT, progress=Progress(budget=1))
     finally:
         other.db.close()
+    assert found.record_id is not None and late.checked[default.key()] == 0
 
 
 def test_a_tiling_left_to_another_worker_is_awaited_at_the_finish_not_measured(
@@ -379,26 +383,34 @@ def test_claims_of_one_tiling_at_once_take_it_once(settings: Settings) -> None:
     assert sum(default.key() in t.elsewhere for t in tuners) == 7
 
 
-def test_a_claim_left_without_a_record_is_taken_over_once_stale(settings: Settings) -> None:
-    """A claim is the claimant's while one evaluation can take; older and without a record
-    (its worker died mid-evaluation) another worker takes it over. A claim with a record is
-    never taken over, and a released claim is free at once."""
+def test_a_claim_is_taken_over_once_stale_and_ends_with_its_record(settings: Settings) -> None:
+    """A claim is the claimant's while one evaluation can take; older (its worker died
+    mid-evaluation) another worker takes it over. A record or a release ends a claim: the
+    tiling may be claimed again, and the record is found before anything is built."""
     settings = settings.model_copy(
         update={"build_timeout_s": 0.6, "run_timeout_s": 0.3, "max_measure_s": 0.3}
     )
     db = store.open_store(settings.db_url)
-    mine, other = (make_tuner(db, counting_backend(), settings) for _ in range(2))
+    backend = counting_backend()
+    mine, other = make_tuner(db, backend, settings), make_tuner(db, counting_backend(), settings)
     default = mine.spec.default_tiling(mine.shape, "float32", mine.target)
     measured = default.replace(bufferNum=3 - default["bufferNum"])
+    since = datetime.now(UTC) - timedelta(minutes=1)
     try:
         assert other.claim(default) and other.claim(measured)
-        other.evaluate(measured, source=RecordSource.SEARCH, progress=Progress(budget=1))
         assert not mine.claim(default) and not mine.claim(measured)
         assert other.claim(default)  # its own claim stays its own
+        other.evaluate(measured, source=RecordSource.SEARCH, progress=Progress(budget=1))
+        with db.session() as s:
+            assert store.claims_in_flight(s, workload_id=mine.workload_id, since=since) == 1
+        assert mine.claim(measured)
+        known = mine.evaluate(measured, source=RecordSource.SEARCH, progress=Progress(budget=1))
+        assert known.status == "ok" and backend.checked[measured.key()] == 0
         time.sleep(other.evaluation_bound_s + 0.1)
-        assert mine.claim(default) and not mine.claim(measured)
-        assert not other.claim(default)
+        assert mine.claim(default) and not other.claim(default)
         mine.release(default)
         assert other.claim(default)
+        with db.session() as s:
+            assert store.claims_in_flight(s, workload_id=mine.workload_id, since=since) == 1
     finally:
         db.close()
