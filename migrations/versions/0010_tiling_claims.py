@@ -35,6 +35,7 @@ def upgrade() -> None:
         sa.Column("tiling_key", sa.String(1024), nullable=False),
         sa.Column("claimant", sa.String(255), nullable=False),
         sa.Column("claimed_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("worker_id", sa.String(255), nullable=True),
         sa.ForeignKeyConstraint(
             ["workload_id"],
             ["tw_workloads.id"],

@@ -410,3 +410,33 @@ def test_a_holder_and_an_assistant_spend_the_budget_exactly(
     measured = [r.tiling_key for r in records if r.source != store.SOURCE_REMEASURE]
     assert len(measured) == len(set(measured)), Counter(measured).most_common(3)
     assert [w.id for w, _ in tables] == [job.workload_id]
+
+
+def test_a_claim_of_a_worker_without_a_heartbeat_is_not_in_flight(db: store.Store) -> None:
+    """A worker killed mid-evaluation leaves its claim: once its heartbeat is a lease old the
+    claim is not in flight (a job's last evaluations are not waited for) and another worker
+    takes the tiling over, long before one evaluation's bound."""
+    job = queue_job(db, budget=3)
+    now = utcnow()
+    live = {"since": now - timedelta(hours=1), "alive_since": now - timedelta(seconds=60)}
+    key = tilings(1)[0].key()
+    with db.session() as s:
+        for worker, beat in (("alive", now), ("dead", now - timedelta(seconds=61))):
+            store.heartbeat_worker(
+                s, worker_id=worker, host="h", pid=1, target="cpu-twin", now=beat
+            )
+        for worker, tiling in (("alive", tilings(2)[1]), ("dead", tilings(1)[0])):
+            assert store.claim_tiling(
+                s,
+                workload_id=job.workload_id,
+                tiling_key=tiling.key(),
+                claimant=f"{worker}/1",
+                worker_id=worker,
+                **live,
+            )
+    with db.session() as s:
+        assert store.claims_in_flight(s, workload_id=job.workload_id, **live) == 1
+        claim = {"workload_id": job.workload_id, "tiling_key": key, "worker_id": "alive"}
+        assert store.claim_tiling(s, claimant="alive/2", **claim, **live)
+        assert not store.claim_tiling(s, claimant="alive/3", **claim, **live)
+        assert store.claims_in_flight(s, workload_id=job.workload_id, **live) == 2

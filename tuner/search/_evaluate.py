@@ -129,18 +129,27 @@ class Evaluator(Measurer):
         s = self.settings
         return s.build_timeout_s + 2 * s.run_timeout_s + s.max_measure_s
 
+    def live_since(self) -> dict[str, datetime]:
+        """Since when a claim is live (:func:`tilewise.store.claim_tiling`): made within one
+        evaluation's bound, by a worker with a heartbeat within a lease."""
+        now = datetime.now(UTC)
+        return {
+            "since": now - timedelta(seconds=self.evaluation_bound_s),
+            "alive_since": now - timedelta(seconds=self.settings.lease_s),
+        }
+
     def claim(self, tiling: Tiling) -> bool:
         """Take ``tiling`` to measure (:func:`tilewise.store.claim_tiling`); False when another
         worker sharing the workload claimed it first: it is added to :attr:`elsewhere`, and its
         record is that worker's to write."""
-        stale_before = datetime.now(UTC) - timedelta(seconds=self.evaluation_bound_s)
         with self.db.session() as s:
             mine = store.claim_tiling(
                 s,
                 workload_id=self.workload_id,
                 tiling_key=tiling.key(),
                 claimant=self.claimant,
-                stale_before=stale_before,
+                worker_id=None if self.job is None else self.job.worker_id,
+                **self.live_since(),
             )
         if not mine:
             self.elsewhere.add(tiling.key())

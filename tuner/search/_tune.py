@@ -25,7 +25,6 @@ import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import optuna
@@ -452,12 +451,12 @@ class _TunerLoop(AskTellLoop[str, Outcome]):
         job = self.tuner.job
         if job is None or job.budget_evals is None:
             return False, False
-        since = datetime.now(UTC) - timedelta(seconds=self.tuner.evaluation_bound_s)
+        live = self.tuner.live_since()
         with self.tuner.db.session() as s:
             spent = store.job_spent(s, job_id=job.job_id)
             if spent >= job.budget_evals:
                 return True, True
-            flying = store.claims_in_flight(s, workload_id=self.tuner.workload_id, since=since)
+            flying = store.claims_in_flight(s, workload_id=self.tuner.workload_id, **live)
         return False, spent + flying >= job.budget_evals
 
     def evaluate(self, trial: optuna.Trial) -> Outcome:

@@ -4,22 +4,36 @@ Several workers may tune one workload's study (a job's holder and its assistants
 one workload). Before a worker builds a tiling it claims it: one insert keyed by (workload,
 tiling) that takes the tiling or finds it taken, atomically, in whatever order the workers'
 proposals arrive; the others leave the tiling to the claimant and await its record. The claim
-ends in the transaction that adds the record, so the claims of a workload are its evaluations
-in flight; a worker that claims a tiling after its record was added finds that record before it
-builds (``tilewise.search._evaluate``). A claim older than an evaluation can take was left by a
-worker that died mid-evaluation: the next worker to claim the tiling takes it over.
+ends in the transaction that adds the record, so the live claims of a workload are its
+evaluations in flight; a worker that claims a tiling after its record was added finds that
+record before it builds (``tilewise.search._evaluate``).
+
+A claim is live while its worker is (a heartbeat within a lease, for a claim that names one in
+``tw_workers``) and for at most one evaluation's bound. One that is not was left by a worker
+that died mid-evaluation: the next worker to claim the tiling takes it over, and it is not in
+flight.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import delete, or_, select, update
+from sqlalchemy import and_, delete, exists, select, update
 from sqlalchemy import func as sa_func
 from sqlalchemy.orm import Session
 
 from tilewise.store._coerce import conflict_insert, rowcount
-from tilewise.store._models import TilingClaimModel, utcnow
+from tilewise.store._models import TilingClaimModel, WorkerModel, utcnow
+
+
+def _live(since: datetime, alive_since: datetime) -> Any:
+    # Made at or after ``since``, by a worker with a heartbeat at or after ``alive_since`` (or
+    # none on record: a tune outside a worker).
+    dead = exists().where(
+        WorkerModel.id == TilingClaimModel.worker_id, WorkerModel.last_heartbeat < alive_since
+    )
+    return and_(TilingClaimModel.claimed_at >= since, ~dead)
 
 
 def claim_tiling(
@@ -28,17 +42,27 @@ def claim_tiling(
     workload_id: int,
     tiling_key: str,
     claimant: str,
-    stale_before: datetime,
+    worker_id: str | None,
+    since: datetime,
+    alive_since: datetime,
     now: datetime | None = None,
 ) -> bool:
-    """Take the tiling ``tiling_key`` of the workload for ``claimant`` to measure; whether it
-    is ``claimant``'s now (claimed afresh, claimed by it before, or taken over from a claim made
-    before ``stale_before``). On PostgreSQL a concurrent claim of the same tiling waits for the
-    first one's transaction: commit right after."""
+    """Take the tiling ``tiling_key`` of the workload for ``claimant`` (of the worker
+    ``worker_id``, if any) to measure; whether it is ``claimant``'s now: claimed afresh,
+    claimed by it before, or taken over from a claim that is not live (see the module
+    docstring; ``since``: one evaluation's bound ago, ``alive_since``: a lease ago). On
+    PostgreSQL a concurrent claim of the same tiling waits for the first one's transaction:
+    commit right after."""
     now = now or utcnow()
     taken = session.scalar(
         conflict_insert(session)(TilingClaimModel)
-        .values(workload_id=workload_id, tiling_key=tiling_key, claimant=claimant, claimed_at=now)
+        .values(
+            workload_id=workload_id,
+            tiling_key=tiling_key,
+            claimant=claimant,
+            claimed_at=now,
+            worker_id=worker_id,
+        )
         .on_conflict_do_nothing()
         .returning(TilingClaimModel.claimant)
     )
@@ -49,12 +73,9 @@ def claim_tiling(
         .where(
             TilingClaimModel.workload_id == workload_id,
             TilingClaimModel.tiling_key == tiling_key,
-            or_(
-                TilingClaimModel.claimant == claimant,
-                TilingClaimModel.claimed_at < stale_before,
-            ),
+            (TilingClaimModel.claimant == claimant) | ~_live(since, alive_since),
         )
-        .values(claimant=claimant, claimed_at=now)
+        .values(claimant=claimant, claimed_at=now, worker_id=worker_id)
         .execution_options(synchronize_session=False)
     )
     return rowcount(result) == 1
@@ -74,12 +95,14 @@ def release_claim(session: Session, *, workload_id: int, tiling_key: str, claima
     )
 
 
-def claims_in_flight(session: Session, *, workload_id: int, since: datetime) -> int:
-    """The tilings of the workload claimed at or after ``since``: the evaluations its workers
-    have in flight (older claims were left by workers that died)."""
+def claims_in_flight(
+    session: Session, *, workload_id: int, since: datetime, alive_since: datetime
+) -> int:
+    """The live claims of the workload (see :func:`claim_tiling`): the evaluations its workers
+    have in flight."""
     query = (
         select(sa_func.count())
         .select_from(TilingClaimModel)
-        .where(TilingClaimModel.workload_id == workload_id, TilingClaimModel.claimed_at >= since)
+        .where(TilingClaimModel.workload_id == workload_id, _live(since, alive_since))
     )
     return int(session.scalar(query) or 0)

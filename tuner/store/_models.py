@@ -332,7 +332,8 @@ class MeasuredGridModel(Base):
 class TilingClaimModel(Base):
     """A tiling of a workload that one worker is measuring (``tilewise.store.claim_tiling``):
     the workers sharing the workload's study leave it to that worker. Deleted with the record's
-    insert; ``claimed_at`` tells a claim left by a worker that died mid-evaluation."""
+    insert; one left by a worker that died mid-evaluation is told by its worker's heartbeat, or
+    by ``claimed_at``."""
 
     __tablename__ = "tw_tiling_claims"
 
@@ -340,6 +341,7 @@ class TilingClaimModel(Base):
     tiling_key: Mapped[str] = mapped_column(String(1024), primary_key=True)
     claimant: Mapped[str] = mapped_column(String(255))
     claimed_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    worker_id: Mapped[str | None] = mapped_column(String(255))  # a worker's (tw_workers.id)
 
 
 #: Our tables: what migrations manage and what "does the schema exist" looks for.

@@ -5,7 +5,6 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import optuna
@@ -395,14 +394,13 @@ def test_a_claim_is_taken_over_once_stale_and_ends_with_its_record(settings: Set
     mine, other = make_tuner(db, backend, settings), make_tuner(db, counting_backend(), settings)
     default = mine.spec.default_tiling(mine.shape, "float32", mine.target)
     measured = default.replace(bufferNum=3 - default["bufferNum"])
-    since = datetime.now(UTC) - timedelta(minutes=1)
     try:
         assert other.claim(default) and other.claim(measured)
         assert not mine.claim(default) and not mine.claim(measured)
         assert other.claim(default)  # its own claim stays its own
         other.evaluate(measured, source=RecordSource.SEARCH, progress=Progress(budget=1))
         with db.session() as s:
-            assert store.claims_in_flight(s, workload_id=mine.workload_id, since=since) == 1
+            assert store.claims_in_flight(s, workload_id=mine.workload_id, **mine.live_since()) == 1
         assert mine.claim(measured)
         known = mine.evaluate(measured, source=RecordSource.SEARCH, progress=Progress(budget=1))
         assert known.status == "ok" and backend.checked[measured.key()] == 0
@@ -411,6 +409,6 @@ def test_a_claim_is_taken_over_once_stale_and_ends_with_its_record(settings: Set
         mine.release(default)
         assert other.claim(default)
         with db.session() as s:
-            assert store.claims_in_flight(s, workload_id=mine.workload_id, since=since) == 1
+            assert store.claims_in_flight(s, workload_id=mine.workload_id, **mine.live_since()) == 1
     finally:
         db.close()
