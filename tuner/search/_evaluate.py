@@ -188,10 +188,8 @@ class Evaluator(Measurer):
 
     def record(self, tiling: Tiling, outcome: Outcome, **fields: Any) -> Outcome:
         """Append ``outcome`` of ``tiling`` to the records; the outcome with its record's id."""
-        counts = (
-            outcome.status != RecordStatus.INFEASIBLE
-            and fields.get("source") != store.SOURCE_REMEASURE
-        )
+        remeasure = fields.get("source") == store.SOURCE_REMEASURE
+        counts = outcome.status != RecordStatus.INFEASIBLE and not remeasure
         with self.db.session() as s:
             row = store.add_record(
                 s,
@@ -205,9 +203,10 @@ class Evaluator(Measurer):
                 job_id=None if self.job is None else self.job.job_id,
                 **fields,
             )
-            store.release_claim(
-                s, workload_id=self.workload_id, tiling_key=tiling.key(), claimant=self.claimant
-            )
+            if not remeasure:  # a re-measure claims nothing: its tiling was recorded before
+                store.release_claim(
+                    s, workload_id=self.workload_id, tiling_key=tiling.key(), claimant=self.claimant
+                )
             # Last in the transaction: it may lock the job's row until the commit. A job that
             # is not held any more (reclaimed, cancelled) keeps no record of this worker's: the
             # record still serves the study, it is not one of the job's evaluations. Neither is
