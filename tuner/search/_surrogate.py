@@ -34,6 +34,16 @@ space).
   by the new evaluations (O(n) per candidate, not O(n^2)); past ``gp_max_entries`` numbers in
   that posterior the forest takes the GP's turns; a drawn pool stays ``pool_size`` draws plus
   the incumbents' neighbours. Linear algebra runs on one BLAS thread.
+* In a study several workers share (a job's holder and its assistants, each with its own
+  sampler), the GP's hyperparameters are fitted for the study: each fit is kept on the trial
+  it was made for, and a worker takes the ones fitted to the most evaluations, so the refit
+  rule holds for the study rather than for each worker. Their evaluations complete out of
+  order, and the posterior is extended by whichever are new to it. With ``shared_batch`` k
+  above 1 (strategy ``surrogate-batch8``), a model step there also proposes for up to k - 1
+  of the other workers (one per other running trial; the acquisitions in turn, each
+  configuration new), queued as waiting trials that their next asks take without a fit of
+  their own: less CPU per evaluation, a little more staleness. Alone, nothing is queued and
+  the search is what it was.
 
 The forest's features are the tunables' values (numbers as they are, other choices by index),
 plus two generic ones for tile sizes: the log-product and log-ratio of every pair of size-like
@@ -77,6 +87,8 @@ _BLAS = ThreadpoolController()
 #: the same from the Gaussian process's prediction.
 GP_ACQUISITIONS = ("gp-ei", "gp-mean", "gp-local")
 ACQUISITIONS = ("ei", "mean", "parzen", "local", *GP_ACQUISITIONS)
+#: The trial system attribute that holds the GP hyperparameters fitted when it was proposed.
+_THETA_ATTR = "tilewise:gp_theta"
 
 
 @dataclass(frozen=True)
@@ -112,6 +124,7 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
         spread: bool = False,
         bandit_top: int | None = None,
         bandit_discount: float = 0.9,
+        shared_batch: int = 1,
     ) -> None:
         unknown = set(acquisitions) - set(ACQUISITIONS)
         if not acquisitions or unknown:
@@ -129,6 +142,10 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
         self._gp_refit_growth = gp_refit_growth
         self._gp_fit_max, self._gp_max_entries = gp_fit_max, gp_max_entries
         self._spread = spread
+        self._shared_batch = shared_batch
+        self._reuse_draws = False  # a batch's later proposals: no fresh draws (_random_configs)
+        self._drawn_fit: _Fit | None = None  # the GP's over a drawn pool, for the same batch
+        self._trial: tuple[Study, int] | None = None  # (study, trial id) being proposed
         #: Picks each step's acquisition by whether its proposals landed among the
         #: ``bandit_top`` best; without ``bandit_top`` the acquisitions take turns.
         self.bandit: AcquisitionBandit | None = None
@@ -177,14 +194,24 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
             self._names, self._pool_ready, self._fit, self._fitted_at = names, False, None, -1
             self._gp_theta, self._posterior = None, None
             self._random_cache = None  # configurations of another space
+        if set(names) <= set(trial.system_attrs.get("fixed_params") or ()):
+            return {}  # a queued trial: its configuration was proposed when it was queued
         full = {**{n: d for n, d in search_space.items() if d.single()}, **dists}
-        seen, observed = self._history(study, trial, names)
+        seen, observed, running, shared = self._history(study, trial, names)
+        if shared is not None and shared[0] > self._gp_theta_n:
+            # Hyperparameters another worker of the study fitted to more evaluations than ours
+            # were: the GP's refit rule then holds for the study, not for each of its workers.
+            self._gp_theta, self._gp_theta_n = np.array(shared[1]), shared[0]
+        self._trial = (study, trial._trial_id)
         # One BLAS thread: the matrices here have a few hundred rows, which gain nothing from
         # more, and on a busy host BLAS threads spin waiting for each other (a 200 x 200
         # Cholesky factor took 0.6 s where it takes a millisecond).
         with _BLAS.limit(limits=1, user_api="blas"):
-            config = self._propose(full, dists, seen, observed)
-        return {} if config is None else dict(zip(names, config, strict=True))
+            configs = self._propose_batch(full, dists, seen, observed, 1 + running)
+        self._trial = None
+        for config in configs[1:]:
+            study.enqueue_trial(dict(zip(names, config, strict=True)))
+        return dict(zip(names, configs[0], strict=True)) if configs else {}
 
     def sample_independent(
         self,
@@ -198,20 +225,72 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
     # -- history -----------------------------------------------------------------------------
     def _history(
         self, study: Study, trial: FrozenTrial, names: tuple[str, ...]
-    ) -> tuple[set[Config], list[tuple[Config, float]]]:
-        """Every configuration proposed so far, and the evaluated ones with their values."""
+    ) -> tuple[set[Config], list[tuple[Config, float]], int, tuple[int, list[float]] | None]:
+        """Every configuration proposed so far (queued ones included), the evaluated ones with
+        their values, how many other trials are running (the study's other workers), and the
+        GP hyperparameters fitted to the most evaluations in the study: (evaluations, theta)."""
         seen: set[Config] = set()
         observed: list[tuple[Config, float]] = []
+        running = 0
+        shared: tuple[int, list[float]] | None = None
+        fields = list(names)
         for t in study.get_trials(deepcopy=False):
-            if t.number == trial.number or not all(n in t.params for n in names):
+            if t.number == trial.number:
                 continue
-            config = tuple(t.params[n] for n in names)
+            fitted = t.system_attrs.get(_THETA_ATTR)
+            if fitted and (shared is None or fitted["n"] > shared[0]) and fitted["names"] == fields:
+                shared = (fitted["n"], fitted["theta"])
+            params = t.params
+            if t.state == TrialState.WAITING:  # queued: its parameters are still to be set
+                params = t.system_attrs.get("fixed_params") or {}
+            elif t.state == TrialState.RUNNING:
+                running += 1
+            if not all(n in params for n in names):
+                continue
+            config = tuple(params[n] for n in names)
             seen.add(config)
             if t.state == TrialState.COMPLETE and t.value is not None:
                 observed.append((config, float(t.value)))
-        return seen, observed
+        return seen, observed, running, shared
 
     # -- proposals ---------------------------------------------------------------------------
+    def _publish_theta(self) -> None:
+        """Keep the fitted hyperparameters on the trial being proposed, where the study's
+        other workers read them (:meth:`_history`)."""
+        if self._trial is None or self._gp_theta is None:
+            return
+        study, trial_id = self._trial
+        value = {
+            "n": self._gp_theta_n,
+            "theta": self._gp_theta.tolist(),
+            "names": list(self._names),
+        }
+        study._storage.set_trial_system_attr(trial_id, _THETA_ATTR, value)
+
+    def _propose_batch(
+        self,
+        full: Mapping[str, BaseDistribution],
+        dists: Mapping[str, CategoricalDistribution],
+        seen: set[Config],
+        observed: list[tuple[Config, float]],
+        workers: int,
+    ) -> list[Config]:
+        """This trial's configuration, then, in a study ``workers`` share, one for each other
+        worker up to ``shared_batch`` in all: the next proposals of the same models (the
+        acquisitions in turn, each configuration new), so that one fit serves them all."""
+        configs: list[Config] = []
+        self._drawn_fit = None
+        for _ in range(max(1, min(workers, self._shared_batch))):
+            # The later ones choose from the pool the first drew: its models are those fitted.
+            self._reuse_draws = bool(configs)
+            config = self._propose(full, dists, seen, observed)
+            if config is None:
+                break
+            configs.append(config)
+            seen.add(config)
+        self._reuse_draws = False
+        return configs
+
     def _feasible(self, full: Mapping[str, BaseDistribution], config: Config) -> bool:
         if self._space is None or self._space.feasible is None:
             return True
@@ -246,6 +325,8 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
         fresh draws and drop the oldest, so the static check (the cost of screening) is not
         paid again for the whole pool at every proposal, and the pool stays ``pool_size``.
         """
+        if self._reuse_draws and self._random_cache is not None:
+            return self._random_cache
         first = self._random_cache is None
         wanted = self._pool_size if first else max(1, self._pool_size // 8)
         draws = [self._rng.integers(len(dists[n].choices), size=4 * wanted) for n in self._names]
@@ -424,23 +505,30 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
             )
             self._gp_theta = GaussianProcess(x[subset], y[subset], rng=self._rng).theta
             self._gp_theta_n = n
+            self._publish_theta()
             self.gp_fits.append(len(subset))
         if self._pool is None:
+            if self._reuse_draws and self._drawn_fit is not None:
+                return self._drawn_fit  # a batch's: the same evaluations, pool and theta
             pool = candidates()
             if not pool:
                 return _Fit([], np.empty(0), np.empty(0))
             gp = GaussianProcess(x, y, theta=self._gp_theta)
             mean, std = gp.predict(unit_features(self._names, dists, pool))
-            return _Fit(pool, mean, np.maximum(std, 1e-9))
+            self._drawn_fit = _Fit(pool, mean, np.maximum(std, 1e-9))
+            return self._drawn_fit
         configs = [c for c, _ in observed]
         post, known = self._posterior, self._posterior_configs
-        if post is None or post.theta is not self._gp_theta or configs[: len(known)] != known:
+        # Evaluations of a shared study complete out of order: the posterior is extended by
+        # whichever are new to it, in its own order of the evaluations.
+        order = _extension(known, configs) if post is not None else None
+        if post is None or post.theta is not self._gp_theta or order is None:
             post = PooledPosterior(self._gp_theta, unit_features(self._names, dists, self._pool))
-            self._posterior, known = post, []
+            self._posterior, known, order = post, [], list(range(n))
             self.gp_conditioned_afresh += 1
-        post.add(x[len(known) :])
-        self._posterior_configs = configs
-        mean, std = post.predict(y)
+        post.add(x[order[len(known) :]])
+        self._posterior_configs = [configs[i] for i in order]
+        mean, std = post.predict(y[order])
         return _Fit(self._pool, mean, np.maximum(std, 1e-9))
 
     def _best_by(
@@ -490,6 +578,23 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
             for value in dists[n].choices
             if value != config[i]
         ]
+
+
+def _extension(known: Sequence[Config], configs: Sequence[Config]) -> list[int] | None:
+    """Positions in ``configs`` in the order of a posterior conditioned on ``known`` and then
+    extended to all of them: ``known``'s (in its order), then the rest (in theirs); None when
+    ``configs`` does not hold every one of ``known``, as many times."""
+    where: dict[Config, list[int]] = {}
+    for i, config in enumerate(configs):
+        where.setdefault(config, []).append(i)
+    order = []
+    for config in known:
+        positions = where.get(config)
+        if not positions:
+            return None
+        order.append(positions.pop(0))
+    taken = set(order)
+    return order + [i for i in range(len(configs)) if i not in taken]
 
 
 def _log_times(observed: Sequence[tuple[Config, float]]) -> np.ndarray:

@@ -1,0 +1,172 @@
+"""The default strategy in a study several workers share: one model step proposes for the
+others too (queued trials they take without a fit of their own), and evaluations that
+complete out of order extend the GP's posterior instead of conditioning it afresh."""
+
+from __future__ import annotations
+
+import itertools
+import random
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from tilewise.search import ReplaySpace, replay_search
+from tilewise.search._bench import search_space_of
+from tilewise.search._surrogate import SurrogateSampler, _extension
+
+
+def _space(path: Path) -> ReplaySpace:
+    lines = ["a,b,c,time_ms"]
+    for a, b, c in itertools.product(range(1, 13), range(1, 13), (1, 2, 4)):
+        lines.append(f"{a},{b},{c},{1.0 + (a - 7) ** 2 + 0.5 * (b - 3) ** 2 + 0.1 * c}")
+    path.write_text("\n".join(lines) + "\n")
+    return ReplaySpace(path)
+
+
+def _config(trial: optuna.trial.FrozenTrial | optuna.Trial) -> tuple[int, ...]:
+    params = trial.params
+    return tuple(params[n] for n in ("a", "b", "c"))
+
+
+def _tell(study: optuna.Study, space: ReplaySpace, trial: optuna.Trial) -> None:
+    study.tell(trial, space.evaluate(trial.params).value)
+
+
+def _workers(
+    space: ReplaySpace, samplers: list[SurrogateSampler], proposals: int, seed: int = 0
+) -> optuna.Study:
+    """``len(samplers)`` workers on one study: each asks in turn, and a trial is told once
+    every worker has one running, a random one of those (completions out of order)."""
+    storage = optuna.storages.InMemoryStorage()
+    optuna.create_study(storage=storage, study_name="shared")
+    studies = [optuna.load_study(study_name="shared", storage=storage, sampler=s) for s in samplers]
+    order = random.Random(seed)
+    running: list[optuna.Trial] = []
+    for i in range(proposals):
+        running.append(studies[i % len(studies)].ask(space.distributions))
+        if len(running) == len(studies):
+            _tell(studies[0], space, running.pop(order.randrange(len(running))))
+    return studies[0]
+
+
+def test_a_model_step_queues_a_proposal_for_each_other_worker(tmp_path: Path) -> None:
+    space = _space(tmp_path / "s.csv")
+    sampler = SurrogateSampler(space=search_space_of(space), seed=0, spread=True, shared_batch=4)
+    storage = optuna.storages.InMemoryStorage()
+    study = optuna.create_study(storage=storage, study_name="shared", sampler=sampler)
+    for _ in range(12):  # past the start-up draws, alone: nothing queued
+        _tell(study, space, study.ask(space.distributions))
+    assert not study.get_trials(states=(TrialState.WAITING,))
+    # Five other workers evaluating, proposed by another sampler.
+    elsewhere = optuna.load_study(
+        study_name="shared", storage=storage, sampler=optuna.samplers.RandomSampler(seed=1)
+    )
+    others = [elsewhere.ask(space.distributions) for _ in range(5)]
+    mine = study.ask(space.distributions)
+    queued = study.get_trials(states=(TrialState.WAITING,))
+    # One each for three of them: four proposals from one fit (shared_batch).
+    assert len(queued) == 3
+    configs = [tuple(t.system_attrs["fixed_params"][n] for n in ("a", "b", "c")) for t in queued]
+    before = {_config(t) for t in study.get_trials() if t.state != TrialState.WAITING}
+    assert len(set(configs)) == 3 and not set(configs) & before
+    assert _config(mine) not in configs
+    # The next worker to ask takes a queued proposal, without the sampler.
+    fits = (len(sampler.gp_fits), sampler._fitted_at)
+    taken = study.ask(space.distributions)
+    assert _config(taken) == configs[0]
+    assert (len(sampler.gp_fits), sampler._fitted_at) == fits
+    assert [_config(study.ask(space.distributions)) for _ in configs[1:]] == configs[1:]
+    for trial in others:
+        _tell(study, space, trial)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_proposal_knows_the_queued_ones(tmp_path: Path, seed: int) -> None:
+    """Two workers may ask at once: the second's sampler runs while the first's queued
+    proposals wait, and proposes none of them again."""
+    path = tmp_path / "three.csv"
+    path.write_text("a,time_ms\n1,3.0\n2,2.0\n3,1.0\n")
+    space = ReplaySpace(path)
+    sampler = SurrogateSampler(space=search_space_of(space), seed=seed)
+    study = optuna.create_study(sampler=sampler)
+    _tell(study, space, study.ask({"a": space.distributions["a"]}))
+    told = study.trials[0].params["a"]
+    waiting = next(a for a in (1, 2, 3) if a != told)
+    study.enqueue_trial({"a": waiting})
+    # A trial the storage started while the queued one waits (ask would take that one).
+    number = study._storage.create_new_trial(study._study_id)
+    trial = study._storage.get_trial(number)
+    proposal = sampler.sample_relative(study, trial, dict(space.distributions))
+    assert proposal == {"a": ({1, 2, 3} - {told, waiting}).pop()}
+
+
+def test_alone_the_search_is_what_it_was(tmp_path: Path) -> None:
+    space = _space(tmp_path / "s.csv")
+    runs = [
+        replay_search(
+            space,
+            SurrogateSampler(space=search_space_of(space), seed=3, spread=True, shared_batch=b),
+            budget=40,
+        )
+        for b in (1, 8)
+    ]
+    assert runs[0].best_after == runs[1].best_after
+    assert runs[0].best_config == runs[1].best_config
+
+
+@pytest.mark.parametrize("batch", [1, 4])
+def test_out_of_order_completions_extend_the_posterior(tmp_path: Path, batch: int) -> None:
+    space = _space(tmp_path / "s.csv")
+    # Hyperparameters fitted once (the growth rule never asks again) and only GP steps: the
+    # posterior is conditioned afresh once, then extended by each newly told evaluation.
+    samplers = [
+        SurrogateSampler(
+            space=search_space_of(space),
+            seed=i,
+            n_startup=5,
+            acquisitions=("gp-ei",),
+            gp_refit_growth=100.0,
+            shared_batch=batch,
+        )
+        for i in range(3)
+    ]
+    study = _workers(space, samplers, proposals=45)
+    told = [t for t in study.get_trials() if t.state == TrialState.COMPLETE]
+    numbers = [t.number for t in sorted(told, key=lambda t: t.datetime_complete)]
+    assert numbers != sorted(numbers)  # the completions were out of order
+    for sampler in samplers:
+        if sampler.gp_fits:
+            assert len(sampler.gp_fits) == 1
+            assert sampler.gp_conditioned_afresh == 1
+
+
+def test_the_workers_of_a_study_share_their_fits(tmp_path: Path) -> None:
+    space = _space(tmp_path / "s.csv")
+    lone = SurrogateSampler(space=search_space_of(space), seed=0, spread=True)
+    replay_search(space, lone, budget=60)
+    for batch in (1, 4):
+        samplers = [
+            SurrogateSampler(space=search_space_of(space), seed=i, spread=True, shared_batch=batch)
+            for i in range(4)
+        ]
+        study = _workers(space, samplers, proposals=60)
+        assert study.best_value == pytest.approx(space.optimum_ms)
+        # The GP's hyperparameters are fitted for the study as for one search (each worker
+        # takes the ones fitted to the most evaluations): no more fits in all than alone.
+        assert sum(len(s.gp_fits) for s in samplers) <= len(lone.gp_fits)
+        queued = [t for t in study.trials if "fixed_params" in t.system_attrs]
+        if batch == 1:
+            assert not queued
+        else:  # most proposals came from another worker's model step
+            assert len(queued) >= len(study.trials) // 2
+
+
+def test_the_extension_order_keeps_the_known_first() -> None:
+    a, b, c, d = (1,), (2,), (3,), (4,)
+    assert _extension([b, a], [a, b, c]) == [1, 0, 2]
+    assert _extension([a, a], [a, c, a, d]) == [0, 2, 1, 3]
+    assert _extension([], [c, d]) == [0, 1]
+    assert _extension([d], [a, b]) is None
+    assert _extension([a, a], [a, b]) is None
