@@ -106,9 +106,9 @@ def _surrogate_bandit(seed: int | None, space: SearchSpace | None) -> optuna.sam
 
 def _surrogate_batch8(seed: int | None, space: SearchSpace | None) -> optuna.samplers.BaseSampler:
     # The default, but in a study other workers share a model step proposes for up to 7 of
-    # them as well (queued trials): a quarter of the proposal CPU per evaluation, for hosts
-    # where many workers share few cores, at some 20% more evaluations to 5% of the optimum
-    # with 32 workers on one study (bench/shared_study.py; the README's fleet section).
+    # them as well (queued trials), for hosts where many workers share few cores: with 32
+    # workers on one study a quarter of the sampler's CPU per ask, at some 20% more
+    # evaluations to 5% of the optimum (bench/shared_study.py; the README's fleet section).
     from tilewise.search._surrogate import SurrogateSampler
 
     return SurrogateSampler(space=space, seed=seed, spread=True, shared_batch=8)

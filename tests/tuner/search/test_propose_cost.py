@@ -3,30 +3,22 @@ strategy's work per proposal bounded however many evaluations the study holds.""
 
 from __future__ import annotations
 
-import itertools
 import math
 from pathlib import Path
 
 import optuna
 import pytest
 
-from tilewise.search import ReplaySpace, replay_search
+from tests.tuner.search.bowl import bowl_space
+from tilewise.search import replay_search
 from tilewise.search._bench import run_strategies, search_space_of, summarize
 from tilewise.search._space import SearchSpace
 from tilewise.search._surrogate import SurrogateSampler
 from tilewise.search._timing import TimedSampler
 
 
-def _space(path: Path) -> ReplaySpace:
-    lines = ["a,b,c,time_ms"]
-    for a, b, c in itertools.product(range(1, 13), range(1, 13), (1, 2, 4)):
-        lines.append(f"{a},{b},{c},{1.0 + (a - 7) ** 2 + 0.5 * (b - 3) ** 2 + 0.1 * c}")
-    path.write_text("\n".join(lines) + "\n")
-    return ReplaySpace(path)
-
-
 def test_the_report_gives_the_seconds_per_proposal(tmp_path: Path) -> None:
-    space = _space(tmp_path / "s.csv")
+    space = bowl_space(tmp_path / "s.csv")
     results = run_strategies(space, strategies=["random", "default"], budget=15, seeds=2)
     for result in results:
         for run in result.runs:
@@ -44,7 +36,7 @@ def test_the_report_gives_the_seconds_per_proposal(tmp_path: Path) -> None:
 
 
 def test_the_timed_sampler_leaves_the_search_unchanged(tmp_path: Path) -> None:
-    space = _space(tmp_path / "s.csv")
+    space = bowl_space(tmp_path / "s.csv")
     runs = []
     for wrap in (False, True):
         sampler: optuna.samplers.BaseSampler = optuna.samplers.TPESampler(seed=4)
@@ -60,7 +52,7 @@ def test_the_default_strategys_work_per_proposal_is_bounded(tmp_path: Path) -> N
     evaluations, the GP over a listed pool is conditioned afresh only when its hyperparameters
     change (otherwise extended by the new evaluations), and past ``gp_max_entries`` the
     forest takes the GP's turns."""
-    space = _space(tmp_path / "s.csv")
+    space = bowl_space(tmp_path / "s.csv")
     sampler = SurrogateSampler(
         space=search_space_of(space), seed=0, gp_fit_max=30, gp_max_entries=90 * space.configs
     )
@@ -76,7 +68,7 @@ def test_the_default_strategys_work_per_proposal_is_bounded(tmp_path: Path) -> N
 def test_a_drawn_pool_stays_its_size(tmp_path: Path) -> None:
     """A space too large to list: the random candidates are the newest ``pool_size`` draws,
     not every draw of the search."""
-    space = _space(tmp_path / "s.csv")
+    space = bowl_space(tmp_path / "s.csv")
     known = search_space_of(space)
     unlisted = SearchSpace(known.distributions, feasible=known.feasible)
     sampler = SurrogateSampler(space=unlisted, seed=1, pool_size=64, enumerate_limit=10)
@@ -85,7 +77,7 @@ def test_a_drawn_pool_stays_its_size(tmp_path: Path) -> None:
 
 
 def test_stopping_at_the_optimum_changes_no_figure(tmp_path: Path) -> None:
-    space = _space(tmp_path / "s.csv")
+    space = bowl_space(tmp_path / "s.csv")
     results = {
         stop: run_strategies(space, strategies=["tpe"], budget=60, seeds=3, stop_at_optimum=stop)
         for stop in (False, True)
@@ -103,7 +95,7 @@ def test_stopping_at_the_optimum_changes_no_figure(tmp_path: Path) -> None:
 def test_the_default_start_spreads_every_fields_values(tmp_path: Path) -> None:
     """Five start-up draws on a 12 x 12 x 3 space: five values of each 12-valued field, and
     every value of the 3-valued one (uniform draws repeat values by chance)."""
-    space = _space(tmp_path / "s.csv")
+    space = bowl_space(tmp_path / "s.csv")
     for seed in range(3):
         sampler = SurrogateSampler(
             space=search_space_of(space), seed=seed, n_startup=5, spread=True

@@ -1,10 +1,10 @@
-"""The default strategy in a study several workers share: one model step proposes for the
-others too (queued trials they take without a fit of their own), and evaluations that
-complete out of order extend the GP's posterior instead of conditioning it afresh."""
+"""The surrogate strategy in a study several workers share: the GP's hyperparameters are
+fitted for the study, evaluations that complete out of order extend the GP's posterior instead
+of conditioning it afresh, and with ``shared_batch`` one model step proposes for the other
+workers too (queued trials they take without a fit of their own)."""
 
 from __future__ import annotations
 
-import itertools
 import random
 from pathlib import Path
 
@@ -12,17 +12,10 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+from tests.tuner.search.bowl import bowl_space
 from tilewise.search import ReplaySpace, replay_search
 from tilewise.search._bench import search_space_of
 from tilewise.search._surrogate import SurrogateSampler, _extension
-
-
-def _space(path: Path) -> ReplaySpace:
-    lines = ["a,b,c,time_ms"]
-    for a, b, c in itertools.product(range(1, 13), range(1, 13), (1, 2, 4)):
-        lines.append(f"{a},{b},{c},{1.0 + (a - 7) ** 2 + 0.5 * (b - 3) ** 2 + 0.1 * c}")
-    path.write_text("\n".join(lines) + "\n")
-    return ReplaySpace(path)
 
 
 def _config(trial: optuna.trial.FrozenTrial | optuna.Trial) -> tuple[int, ...]:
@@ -52,7 +45,7 @@ def _workers(
 
 
 def test_a_model_step_queues_a_proposal_for_each_other_worker(tmp_path: Path) -> None:
-    space = _space(tmp_path / "s.csv")
+    space = bowl_space(tmp_path / "s.csv")
     sampler = SurrogateSampler(space=search_space_of(space), seed=0, spread=True, shared_batch=4)
     storage = optuna.storages.InMemoryStorage()
     study = optuna.create_study(storage=storage, study_name="shared", sampler=sampler)
@@ -103,7 +96,7 @@ def test_a_proposal_knows_the_queued_ones(tmp_path: Path, seed: int) -> None:
 
 
 def test_alone_the_search_is_what_it_was(tmp_path: Path) -> None:
-    space = _space(tmp_path / "s.csv")
+    space = bowl_space(tmp_path / "s.csv")
     runs = [
         replay_search(
             space,
@@ -118,7 +111,7 @@ def test_alone_the_search_is_what_it_was(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("batch", [1, 4])
 def test_out_of_order_completions_extend_the_posterior(tmp_path: Path, batch: int) -> None:
-    space = _space(tmp_path / "s.csv")
+    space = bowl_space(tmp_path / "s.csv")
     # Hyperparameters fitted once (the growth rule never asks again) and only GP steps: the
     # posterior is conditioned afresh once, then extended by each newly told evaluation.
     samplers = [
@@ -143,7 +136,7 @@ def test_out_of_order_completions_extend_the_posterior(tmp_path: Path, batch: in
 
 
 def test_the_workers_of_a_study_share_their_fits(tmp_path: Path) -> None:
-    space = _space(tmp_path / "s.csv")
+    space = bowl_space(tmp_path / "s.csv")
     lone = SurrogateSampler(space=search_space_of(space), seed=0, spread=True)
     replay_search(space, lone, budget=60)
     for batch in (1, 4):
