@@ -90,8 +90,9 @@ def run(space: ReplaySpace, workers: int, batch: int, seed: int, budget: int) ->
 def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     reached = [r["evals_to_5pct"] for r in runs if r["evals_to_5pct"] is not None]
     q1, med, q3 = np.percentile(reached, [25, 50, 75]) if reached else (None,) * 3
+    mean = np.mean(reached) if reached else None
     return {
-        "evals_to_5pct": {"median": med, "q1": q1, "q3": q3, "mean": np.mean(reached or [0])},
+        "evals_to_5pct": {"median": med, "q1": q1, "q3": q3, "mean": mean},
         "missed": len(runs) - len(reached),
         "cpu_per_ask_s": float(np.median([r["cpu_per_ask_s"] for r in runs])),
         "gp_fits_per_run": float(np.median([r["gp_fits"] for r in runs])),
