@@ -206,9 +206,11 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
         # One BLAS thread: the matrices here have a few hundred rows, which gain nothing from
         # more, and on a busy host BLAS threads spin waiting for each other (a 200 x 200
         # Cholesky factor took 0.6 s where it takes a millisecond).
-        with _BLAS.limit(limits=1, user_api="blas"):
-            configs = self._propose_batch(full, dists, seen, observed, 1 + running)
-        self._trial = None
+        try:
+            with _BLAS.limit(limits=1, user_api="blas"):
+                configs = self._propose_batch(full, dists, seen, observed, 1 + running)
+        finally:
+            self._trial = None  # a fit outside this proposal publishes on no trial
         for config in configs[1:]:
             study.enqueue_trial(dict(zip(names, config, strict=True)))
         return dict(zip(names, configs[0], strict=True)) if configs else {}
