@@ -323,14 +323,16 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
     ) -> list[Config]:
         """Random feasible configurations of a space too large to list.
 
-        The first call draws up to ``pool_size`` of them; later calls add an eighth as many
-        fresh draws and drop the oldest, so the static check (the cost of screening) is not
-        paid again for the whole pool at every proposal, and the pool stays ``pool_size``.
+        Each call draws up to an eighth of ``pool_size`` fresh ones and keeps the newest
+        ``pool_size``: the pool fills over the first eight proposals (start-up draws, which
+        need no more than that) and is refreshed by an eighth at each later one, so the static
+        check (the cost of screening) is paid for an eighth of the pool per proposal. A worker
+        joining a shared study pays no more at its first proposal: 64 workers that start at
+        once would otherwise each screen a whole pool while their devices wait.
         """
         if self._reuse_draws and self._random_cache is not None:
             return self._random_cache
-        first = self._random_cache is None
-        wanted = self._pool_size if first else max(1, self._pool_size // 8)
+        wanted = max(1, self._pool_size // 8)
         draws = [self._rng.integers(len(dists[n].choices), size=4 * wanted) for n in self._names]
         found: list[Config] = []
         for row in zip(*draws, strict=True):

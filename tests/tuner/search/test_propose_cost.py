@@ -4,7 +4,9 @@ strategy's work per proposal bounded however many evaluations the study holds.""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import optuna
 import pytest
@@ -74,6 +76,36 @@ def test_a_drawn_pool_stays_its_size(tmp_path: Path) -> None:
     sampler = SurrogateSampler(space=unlisted, seed=1, pool_size=64, enumerate_limit=10)
     replay_search(space, sampler, budget=40)
     assert sampler._random_cache is not None and len(sampler._random_cache) <= 64
+
+
+def test_a_drawn_pool_fills_an_eighth_per_proposal(tmp_path: Path) -> None:
+    """The first proposal screens no more than a later one (an eighth of ``pool_size``, at
+    four draws per feasible one), and the pool grows to its size over the start-up draws: a
+    worker joining a shared study does not screen a whole pool before its first launch."""
+    space = bowl_space(tmp_path / "s.csv")
+    known = search_space_of(space)
+    check = known.feasible
+    assert check is not None
+    screened = [0]
+
+    def feasible(params: Mapping[str, Any]) -> bool:
+        screened[0] += 1
+        return check(params)
+
+    unlisted = SearchSpace(known.distributions, feasible=feasible)
+    sampler = SurrogateSampler(space=unlisted, seed=3, pool_size=64, enumerate_limit=10)
+    study = optuna.create_study(sampler=sampler)
+    sizes, per_ask = [], []
+    for _ in range(8):
+        screened[0] = 0
+        trial = study.ask(dict(known.distributions))
+        per_ask.append(screened[0])
+        study.tell(trial, 1.0 + trial.number)
+        assert sampler._random_cache is not None
+        sizes.append(len(sampler._random_cache))
+    assert 0 < per_ask[0] <= 4 * 64 // 8
+    assert max(per_ask) <= 4 * 64 // 8
+    assert sizes == sorted(sizes) and sizes[0] <= 64 // 8 < sizes[-1] <= 64
 
 
 def test_stopping_at_the_optimum_changes_no_figure(tmp_path: Path) -> None:
