@@ -166,6 +166,7 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
         self._names: tuple[str, ...] = ()
         self._pool: list[Config] | None = None
         self._random_cache: list[Config] | None = None
+        self._fixed: tuple[Mapping[str, BaseDistribution], dict[str, Any]] | None = None
         self._pool_ready = False
         self._fitted_at = -1
 
@@ -296,9 +297,14 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
     def _feasible(self, full: Mapping[str, BaseDistribution], config: Config) -> bool:
         if self._space is None or self._space.feasible is None:
             return True
-        params = {
-            n: d.choices[0] for n, d in full.items() if isinstance(d, CategoricalDistribution)
-        }
+        if self._fixed is None or self._fixed[0] is not full:
+            # Each field's first choice (the only one of a field not searched), once per
+            # proposal: screening a pool calls this thousands of times.
+            first = {
+                n: d.choices[0] for n, d in full.items() if isinstance(d, CategoricalDistribution)
+            }
+            self._fixed = (full, first)
+        params = dict(self._fixed[1])
         params.update(zip(self._names, config, strict=True))
         return self._space.feasible(params)
 
