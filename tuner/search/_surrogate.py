@@ -166,7 +166,6 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
         self._names: tuple[str, ...] = ()
         self._pool: list[Config] | None = None
         self._random_cache: list[Config] | None = None
-        self._fixed: tuple[Mapping[str, BaseDistribution], dict[str, Any]] | None = None
         self._pool_ready = False
         self._fitted_at = -1
 
@@ -198,6 +197,9 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
         if set(names) <= set(trial.system_attrs.get("fixed_params") or ()):
             return {}  # a queued trial: its configuration was proposed when it was queued
         full = {**{n: d for n, d in search_space.items() if d.single()}, **dists}
+        # What the feasibility test sees of a configuration beside its searched fields: each
+        # field's only (or first) choice, built once per proposal, not per screened tiling.
+        base = {n: d.choices[0] for n, d in full.items() if isinstance(d, CategoricalDistribution)}
         seen, observed, running, shared = self._history(study, trial, names)
         if shared is not None and shared[0] > self._gp_theta_n:
             # Hyperparameters another worker of the study fitted to more evaluations than ours
@@ -209,7 +211,7 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
         # Cholesky factor took 0.6 s where it takes a millisecond).
         try:
             with _BLAS.limit(limits=1, user_api="blas"):
-                configs = self._propose_batch(full, dists, seen, observed, 1 + running)
+                configs = self._propose_batch(base, dists, seen, observed, 1 + running)
         finally:
             self._trial = None  # a fit outside this proposal publishes on no trial
         for config in configs[1:]:
@@ -272,7 +274,7 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
 
     def _propose_batch(
         self,
-        full: Mapping[str, BaseDistribution],
+        base: Mapping[str, Any],
         dists: Mapping[str, CategoricalDistribution],
         seen: set[Config],
         observed: list[tuple[Config, float]],
@@ -286,7 +288,7 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
         for _ in range(max(1, min(workers, self._shared_batch))):
             # The later ones choose from the pool the first drew: its models are those fitted.
             self._reuse_draws = bool(configs)
-            config = self._propose(full, dists, seen, observed)
+            config = self._propose(base, dists, seen, observed)
             if config is None:
                 break
             configs.append(config)
@@ -294,22 +296,15 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
         self._reuse_draws = False
         return configs
 
-    def _feasible(self, full: Mapping[str, BaseDistribution], config: Config) -> bool:
+    def _feasible(self, base: Mapping[str, Any], config: Config) -> bool:
         if self._space is None or self._space.feasible is None:
             return True
-        if self._fixed is None or self._fixed[0] is not full:
-            # Each field's first choice (the only one of a field not searched), once per
-            # proposal: screening a pool calls this thousands of times.
-            first = {
-                n: d.choices[0] for n, d in full.items() if isinstance(d, CategoricalDistribution)
-            }
-            self._fixed = (full, first)
-        params = dict(self._fixed[1])
+        params = dict(base)
         params.update(zip(self._names, config, strict=True))
         return self._space.feasible(params)
 
     def _listed_pool(
-        self, full: Mapping[str, BaseDistribution], dists: Mapping[str, CategoricalDistribution]
+        self, base: Mapping[str, Any], dists: Mapping[str, CategoricalDistribution]
     ) -> list[Config] | None:
         if self._space is not None and self._space.candidates is not None:
             allowed = {n: set(d.choices) for n, d in dists.items()}
@@ -322,10 +317,10 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
         if size > self._enumerate_limit:
             return None
         product = itertools.product(*(dists[n].choices for n in self._names))
-        return [c for c in product if self._feasible(full, c)]
+        return [c for c in product if self._feasible(base, c)]
 
     def _random_configs(
-        self, full: Mapping[str, BaseDistribution], dists: Mapping[str, CategoricalDistribution]
+        self, base: Mapping[str, Any], dists: Mapping[str, CategoricalDistribution]
     ) -> list[Config]:
         """Random feasible configurations of a space too large to list.
 
@@ -343,7 +338,7 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
         found: list[Config] = []
         for row in zip(*draws, strict=True):
             config = tuple(dists[n].choices[i] for n, i in zip(self._names, row, strict=True))
-            if self._feasible(full, config):
+            if self._feasible(base, config):
                 found.append(config)
                 if len(found) >= wanted:
                     break
@@ -355,7 +350,7 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
 
     def _neighbours(
         self,
-        full: Mapping[str, BaseDistribution],
+        base: Mapping[str, Any],
         dists: Mapping[str, CategoricalDistribution],
         observed: Sequence[tuple[Config, float]],
     ) -> list[Config]:
@@ -363,22 +358,22 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
             changed
             for config, _ in sorted(observed, key=lambda o: o[1])[: self._local_top]
             for changed in self._one_field_changes(dists, config)
-            if self._feasible(full, changed)
+            if self._feasible(base, changed)
         ]
 
     def _propose(
         self,
-        full: Mapping[str, BaseDistribution],
+        base: Mapping[str, Any],
         dists: Mapping[str, CategoricalDistribution],
         seen: set[Config],
         observed: list[tuple[Config, float]],
     ) -> Config | None:
         if not self._pool_ready:
-            self._pool, self._pool_ready = self._listed_pool(full, dists), True
+            self._pool, self._pool_ready = self._listed_pool(base, dists), True
         finite = [v for _, v in observed if math.isfinite(v) and v > 0]
         if len(observed) < self._n_startup or not finite:
             return (
-                self._start(full, dists, seen) if self._spread else self._uniform(full, dists, seen)
+                self._start(base, dists, seen) if self._spread else self._uniform(base, dists, seen)
             )
         if self.bandit is None:
             acquisition = self._acquisitions[self._model_steps % len(self._acquisitions)]
@@ -391,19 +386,19 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
             acquisition = acquisition.removeprefix("gp-")  # the forest's turn instead
         if acquisition in GP_ACQUISITIONS:
             fit = self._gp_model(
-                dists, lambda: self._candidates(full, dists, seen, observed), observed
+                dists, lambda: self._candidates(base, dists, seen, observed), observed
             )
             acquisition = acquisition.removeprefix("gp-")
         else:
             n = len(observed)
             stale = n - self._fitted_at >= max(1, n // self._refit_divisor)
             if stale or self._fit is None:
-                candidates = self._candidates(full, dists, seen, observed)
+                candidates = self._candidates(base, dists, seen, observed)
                 self._fit = self._model(dists, candidates, observed)
                 self._fitted_at = n
             fit = self._fit
         config = self._best_by(acquisition, fit, dists, seen, observed)
-        config = config if config is not None else self._uniform(full, dists, seen)
+        config = config if config is not None else self._uniform(base, dists, seen)
         if self.bandit is not None and config is not None:
             self.bandit.proposed(config, chosen)
         return config
@@ -419,7 +414,7 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
 
     def _start(
         self,
-        full: Mapping[str, BaseDistribution],
+        base: Mapping[str, Any],
         dists: Mapping[str, CategoricalDistribution],
         seen: set[Config],
     ) -> Config | None:
@@ -427,7 +422,7 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
         fields, one of the values used least so far (a Latin-hypercube-like spread over each
         field's values, within the feasible configurations), so that the first models see
         every field at several values."""
-        pool = self._pool if self._pool is not None else self._random_configs(full, dists)
+        pool = self._pool if self._pool is not None else self._random_configs(base, dists)
         fresh = [c for c in pool if c not in seen]
         if not fresh:
             return None
@@ -439,14 +434,14 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
 
     def _uniform(
         self,
-        full: Mapping[str, BaseDistribution],
+        base: Mapping[str, Any],
         dists: Mapping[str, CategoricalDistribution],
         seen: set[Config],
     ) -> Config | None:
         if self._pool is not None:
             fresh = [c for c in self._pool if c not in seen]
             return fresh[int(self._rng.integers(len(fresh)))] if fresh else None
-        fresh = [c for c in self._random_configs(full, dists) if c not in seen]
+        fresh = [c for c in self._random_configs(base, dists) if c not in seen]
         return fresh[0] if fresh else None
 
     def _model(
@@ -477,7 +472,7 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
 
     def _candidates(
         self,
-        full: Mapping[str, BaseDistribution],
+        base: Mapping[str, Any],
         dists: Mapping[str, CategoricalDistribution],
         seen: set[Config],
         observed: list[tuple[Config, float]],
@@ -485,7 +480,7 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
         """The unseen configurations a model step chooses from."""
         if self._pool is not None:
             return [c for c in self._pool if c not in seen]
-        pool = self._random_configs(full, dists) + self._neighbours(full, dists, observed)
+        pool = self._random_configs(base, dists) + self._neighbours(base, dists, observed)
         return list(dict.fromkeys(c for c in pool if c not in seen))
 
     def _gp_model(
