@@ -68,14 +68,41 @@ def _running_copy(study: optuna.Study, tuner: Tuner, tiling: Tiling) -> None:
     )
 
 
-def _recorded_later(other: Tuner, tiling: Tiling, *, trial: int) -> threading.Timer:
-    """A timer (to start) after which ``other`` records ``tiling`` as the study's ``trial``."""
-    return threading.Timer(
-        1.0,
-        other.evaluate,
-        args=(tiling,),
-        kwargs={"source": RecordSource.DEFAULT, "progress": Progress(budget=1), "trial": trial},
-    )
+class _RecordedOnceLeft(threading.Thread):
+    """A thread (to start) in which ``other`` records ``tiling`` as the study's ``trial`` once
+    ``tuner`` has left ``tiling`` to it (a claim of it refused): the record comes after the
+    tuner gave way, however slow the host, never before."""
+
+    def __init__(self, tuner: Tuner, other: Tuner, tiling: Tiling, *, trial: int) -> None:
+        super().__init__(daemon=True)
+        self.tuner, self.other, self.tiling, self.trial = tuner, other, tiling, trial
+        self.done = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            deadline = time.monotonic() + 60.0
+            while self.tiling.key() not in self.tuner.elsewhere:
+                if self.done.is_set() or time.monotonic() > deadline:
+                    return
+                time.sleep(0.01)
+            time.sleep(0.2)  # the tuner is waiting for the record by now
+            self.other.evaluate(
+                self.tiling,
+                source=RecordSource.DEFAULT,
+                progress=Progress(budget=1),
+                trial=self.trial,
+            )
+        except BaseException as error:  # the test's thread raises it
+            self.error = error
+
+    def cancel(self) -> None:
+        self.done.set()
+
+    def finish(self) -> None:
+        self.join()
+        if self.error is not None:
+            raise self.error
 
 
 def test_default_first_no_tiling_twice_infeasible_never_built(settings: Settings) -> None:
@@ -257,7 +284,7 @@ def test_a_tiling_left_to_another_worker_is_awaited_at_the_finish_not_measured(
     other = make_tuner(db, counting_backend(), settings)
     default = tuner.spec.default_tiling(tuner.shape, "float32", tuner.target)
     storage = open_storage(db.url, tuner.workload.study_name, None)
-    writer = _recorded_later(other, default, trial=0)
+    writer = _RecordedOnceLeft(tuner, other, default, trial=0)
     try:
         study = optuna.create_study(
             study_name=tuner.workload.study_name, storage=storage, load_if_exists=True
@@ -269,7 +296,7 @@ def test_a_tiling_left_to_another_worker_is_awaited_at_the_finish_not_measured(
         study.enqueue_trial(dict(default))
         writer.start()
         result = tuner.run(Budget(2), seed=1)
-        writer.join()
+        writer.finish()
         states = {t.number: t.state for t in study.get_trials(deepcopy=False)}
         with db.session() as s:
             records = store.records_for(s, workload_id=tuner.workload_id)
@@ -334,7 +361,7 @@ def test_a_default_another_worker_measures_at_the_finish_is_awaited(settings: Se
     _searched_by_another(tuner, other)
     default = tuner.spec.default_tiling(tuner.shape, "float32", tuner.target)
     storage = open_storage(db.url, tuner.workload.study_name, None)
-    writer = _recorded_later(other, default, trial=0)
+    writer = _RecordedOnceLeft(tuner, other, default, trial=0)
     try:
         study = optuna.create_study(
             study_name=tuner.workload.study_name, storage=storage, load_if_exists=True
@@ -343,7 +370,7 @@ def test_a_default_another_worker_measures_at_the_finish_is_awaited(settings: Se
         _running_copy(study, tuner, default)
         writer.start()
         result = tuner.run(Budget(4, seconds=0.0), seed=1)
-        writer.join()
+        writer.finish()
         trials = [t for t in study.get_trials(deepcopy=False) if t.params == dict(default)]
         with db.session() as s:
             records = store.records_for(s, workload_id=tuner.workload_id)
