@@ -29,11 +29,12 @@ space).
   conv_MI250X space, the forest alone in the first 25 evaluations.
 * What a proposal costs is bounded (the README's search section has the seconds): the forest
   is refitted every ``max(1, n // refit_divisor)`` evaluations (its predictions reused in
-  between); the GP's hyperparameters each time the evaluations grew by ``gp_refit_growth``, on
-  at most ``gp_fit_max`` of them; in between, the GP's posterior over a listed pool is extended
-  by the new evaluations (O(n) per candidate, not O(n^2)); past ``gp_max_entries`` numbers in
-  that posterior the forest takes the GP's turns; a drawn pool stays ``pool_size`` draws plus
-  the incumbents' neighbours. Linear algebra runs on one BLAS thread.
+  between; in a shared study, where the study grows that much between two steps of a worker,
+  a fit serves two of its steps); the GP's hyperparameters each time the evaluations grew by
+  ``gp_refit_growth``, on at most ``gp_fit_max`` of them; in between, the GP's posterior over
+  a listed pool is extended by the new evaluations (O(n) per candidate, not O(n^2)); past
+  ``gp_max_entries`` numbers in that posterior the forest takes the GP's turns; a drawn pool
+  stays ``pool_size`` draws plus the incumbents' neighbours. Linear algebra runs on one BLAS thread.
 * In a study several workers share (a job's holder and its assistants, each with its own
   sampler), the GP's hyperparameters are fitted for the study: each fit is kept on the trial
   it was made for, and a worker takes the ones fitted to the most evaluations, so the refit
@@ -159,6 +160,7 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
         #: conditioned afresh (not extended): what bounds the cost of a proposal.
         self.gp_fits: list[int] = []
         self.gp_conditioned_afresh = 0
+        self.forest_fits: list[int] = []  # ... and the evaluations each forest fit saw
         self._gp_theta: np.ndarray | None = None  # the GP's last fitted hyperparameters
         self._gp_theta_n = 0  # ... and the evaluations they were fitted to
         self._model_steps = 0  # proposals made from the model, which pick the acquisition
@@ -168,6 +170,7 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
         self._random_cache: list[Config] | None = None
         self._pool_ready = False
         self._fitted_at = -1
+        self._fit_reused = False  # the forest's fit served a step it was stale for (shared)
 
     # -- Optuna's sampler contract -----------------------------------------------------------
     def infer_relative_search_space(
@@ -211,7 +214,7 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
         # Cholesky factor took 0.6 s where it takes a millisecond).
         try:
             with _BLAS.limit(limits=1, user_api="blas"):
-                configs = self._propose_batch(base, dists, seen, observed, 1 + running)
+                configs = self._propose_batch(base, dists, seen, observed, running)
         finally:
             self._trial = None  # a fit outside this proposal publishes on no trial
         for config in configs[1:]:
@@ -278,17 +281,18 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
         dists: Mapping[str, CategoricalDistribution],
         seen: set[Config],
         observed: list[tuple[Config, float]],
-        workers: int,
+        others: int,
     ) -> list[Config]:
-        """This trial's configuration, then, in a study ``workers`` share, one for each other
-        worker up to ``shared_batch`` in all: the next proposals of the same models (the
-        acquisitions in turn, each configuration new), so that one fit serves them all."""
+        """This trial's configuration, then, in a study shared with ``others`` running workers,
+        one for each of them up to ``shared_batch`` in all: the next proposals of the same
+        models (the acquisitions in turn, each configuration new), so that one fit serves them
+        all."""
         configs: list[Config] = []
         self._drawn_fit = None
-        for _ in range(max(1, min(workers, self._shared_batch))):
+        for _ in range(max(1, min(1 + others, self._shared_batch))):
             # The later ones choose from the pool the first drew: its models are those fitted.
             self._reuse_draws = bool(configs)
-            config = self._propose(base, dists, seen, observed)
+            config = self._propose(base, dists, seen, observed, others)
             if config is None:
                 break
             configs.append(config)
@@ -367,6 +371,7 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
         dists: Mapping[str, CategoricalDistribution],
         seen: set[Config],
         observed: list[tuple[Config, float]],
+        others: int = 0,
     ) -> Config | None:
         if not self._pool_ready:
             self._pool, self._pool_ready = self._listed_pool(base, dists), True
@@ -390,18 +395,33 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
             )
             acquisition = acquisition.removeprefix("gp-")
         else:
-            n = len(observed)
-            stale = n - self._fitted_at >= max(1, n // self._refit_divisor)
-            if stale or self._fit is None:
+            if self._fit is None or self._forest_stale(len(observed), others):
                 candidates = self._candidates(base, dists, seen, observed)
                 self._fit = self._model(dists, candidates, observed)
-                self._fitted_at = n
+                self._fitted_at, self._fit_reused = len(observed), False
+                self.forest_fits.append(len(observed))
             fit = self._fit
         config = self._best_by(acquisition, fit, dists, seen, observed)
         config = config if config is not None else self._uniform(base, dists, seen)
         if self.bandit is not None and config is not None:
             self.bandit.proposed(config, chosen)
         return config
+
+    def _forest_stale(self, n: int, others: int) -> bool:
+        """Whether the forest is to be refitted for ``n`` evaluations: when they grew by
+        ``n // refit_divisor`` since its fit. In a study ``others`` running workers share, it
+        grows by about one evaluation per worker between two proposals of this one, so the
+        growth rule alone refits at every forest step of every worker (at 64 workers that fit
+        was most of a worker's CPU, all of them at once while the devices waited): there a
+        stale fit serves one more step, unless the study grew by ``4 * others`` since it was
+        made (this worker was slow, or the others quick). Alone, the growth rule as it was."""
+        grown = n - self._fitted_at
+        if grown < max(1, n // self._refit_divisor):
+            return False
+        if others > 0 and not self._fit_reused and grown < 4 * others:
+            self._fit_reused = True
+            return False
+        return True
 
     def _gp_affordable(self, n: int) -> bool:
         """Whether the GP still takes its turns with ``n`` evaluations: while its posterior over

@@ -156,6 +156,33 @@ def test_the_workers_of_a_study_share_their_fits(tmp_path: Path) -> None:
             assert len(queued) >= len(study.trials) // 2
 
 
+def _forest_only(space: ReplaySpace, seed: int) -> SurrogateSampler:
+    return SurrogateSampler(space=search_space_of(space), seed=seed, acquisitions=("ei",))
+
+
+def test_alone_the_forest_is_refitted_as_the_evaluations_grow(tmp_path: Path) -> None:
+    space = bowl_space(tmp_path / "s.csv")
+    sampler = _forest_only(space, seed=0)
+    replay_search(space, sampler, budget=60)
+    # Below 100 evaluations the growth rule (n // 50) asks for a fit at every model step.
+    assert sampler.forest_fits == list(range(10, 60))
+
+
+def test_in_a_shared_study_a_forest_fit_serves_two_steps_of_a_worker(tmp_path: Path) -> None:
+    """Eight workers: the study grows by about eight between two proposals of one, more than
+    the growth rule's n // 50, so each step would refit; a fit serves two instead."""
+    space = bowl_space(tmp_path / "s.csv")
+    samplers = [_forest_only(space, seed=i) for i in range(8)]
+    study = _workers(space, samplers, proposals=160)
+    for sampler in samplers:
+        steps = sampler._model_steps
+        assert steps >= 8
+        assert len(sampler.forest_fits) <= (steps + 1) // 2
+        # A reused fit is at most one step old: no two steps in a row without a fit.
+        assert len(sampler.forest_fits) >= steps // 2
+    assert study.best_value == pytest.approx(space.optimum_ms)
+
+
 def test_the_extension_order_keeps_the_known_first() -> None:
     a, b, c, d = (1,), (2,), (3,), (4,)
     assert _extension([b, a], [a, b, c]) == [1, 0, 2]
