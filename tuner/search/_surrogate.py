@@ -38,7 +38,9 @@ space).
 * In a study several workers share (a job's holder and its assistants, each with its own
   sampler), the GP's hyperparameters are fitted for the study: each fit is kept on the trial
   it was made for, and a worker takes the ones fitted to the most evaluations, so the refit
-  rule holds for the study rather than for each worker. Their evaluations complete out of
+  rule holds for the study rather than for each worker; a fit another worker began for the
+  same growth is not made again (the worker keeps its older hyperparameters meanwhile, or,
+  with none yet, gives the step to the forest). Their evaluations complete out of
   order, and the posterior is extended by whichever are new to it. With ``shared_batch`` k
   above 1 (strategy ``surrogate-batch8``), a model step there also proposes for up to k - 1
   of the other workers (one per other running trial; the acquisitions in turn, each
@@ -65,7 +67,7 @@ import math
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import optuna
@@ -90,6 +92,18 @@ GP_ACQUISITIONS = ("gp-ei", "gp-mean", "gp-local")
 ACQUISITIONS = ("ei", "mean", "parzen", "local", *GP_ACQUISITIONS)
 #: The trial system attribute that holds the GP hyperparameters fitted when it was proposed.
 _THETA_ATTR = "tilewise:gp_theta"
+#: ... and the one that says a fit for that many evaluations began (in a shared study).
+_FITTING_ATTR = "tilewise:gp_fitting"
+
+
+class _History(NamedTuple):
+    """What a proposal knows of its study (:meth:`SurrogateSampler._history`)."""
+
+    seen: set[tuple[Any, ...]]  # every configuration proposed so far, queued ones included
+    observed: list[tuple[tuple[Any, ...], float]]  # the evaluated ones with their values
+    running: int  # other trials running: the study's other workers
+    shared: tuple[int, list[float]] | None  # the GP fit to the most evaluations: (n, theta)
+    fitting: int  # the most evaluations a GP fit began for in the study (0: none)
 
 
 @dataclass(frozen=True)
@@ -163,6 +177,7 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
         self.forest_fits: list[int] = []  # ... and the evaluations each forest fit saw
         self._gp_theta: np.ndarray | None = None  # the GP's last fitted hyperparameters
         self._gp_theta_n = 0  # ... and the evaluations they were fitted to
+        self._fitting_elsewhere = 0  # the most evaluations a fit began for in the study
         self._model_steps = 0  # proposals made from the model, which pick the acquisition
         self._fit: _Fit | None = None
         self._names: tuple[str, ...] = ()
@@ -203,11 +218,13 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
         # What the feasibility test sees of a configuration beside its searched fields: each
         # field's only (or first) choice, built once per proposal, not per screened tiling.
         base = {n: d.choices[0] for n, d in full.items() if isinstance(d, CategoricalDistribution)}
-        seen, observed, running, shared = self._history(study, trial, names)
+        history = self._history(study, trial, names)
+        seen, observed, running, shared = history[:4]
         if shared is not None and shared[0] > self._gp_theta_n:
             # Hyperparameters another worker of the study fitted to more evaluations than ours
             # were: the GP's refit rule then holds for the study, not for each of its workers.
             self._gp_theta, self._gp_theta_n = np.array(shared[1]), shared[0]
+        self._fitting_elsewhere = history.fitting
         self._trial = (study, trial._trial_id)
         # One BLAS thread: the matrices here have a few hundred rows, which gain nothing from
         # more, and on a busy host BLAS threads spin waiting for each other (a 200 x 200
@@ -231,15 +248,10 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
         return self._random.sample_independent(study, trial, param_name, param_distribution)
 
     # -- history -----------------------------------------------------------------------------
-    def _history(
-        self, study: Study, trial: FrozenTrial, names: tuple[str, ...]
-    ) -> tuple[set[Config], list[tuple[Config, float]], int, tuple[int, list[float]] | None]:
-        """Every configuration proposed so far (queued ones included), the evaluated ones with
-        their values, how many other trials are running (the study's other workers), and the
-        GP hyperparameters fitted to the most evaluations in the study: (evaluations, theta)."""
+    def _history(self, study: Study, trial: FrozenTrial, names: tuple[str, ...]) -> _History:
         seen: set[Config] = set()
         observed: list[tuple[Config, float]] = []
-        running = 0
+        running = fitting = 0
         shared: tuple[int, list[float]] | None = None
         fields = list(names)
         for t in study.get_trials(deepcopy=False):
@@ -248,6 +260,9 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
             fitted = t.system_attrs.get(_THETA_ATTR)
             if fitted and (shared is None or fitted["n"] > shared[0]) and fitted["names"] == fields:
                 shared = (fitted["n"], fitted["theta"])
+            begun = t.system_attrs.get(_FITTING_ATTR)
+            if begun and begun["names"] == fields:
+                fitting = max(fitting, begun["n"])
             params = t.params
             if t.state == TrialState.WAITING:  # queued: its parameters are still to be set
                 params = t.system_attrs.get("fixed_params") or {}
@@ -259,21 +274,32 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
             seen.add(config)
             if t.state == TrialState.COMPLETE and t.value is not None:
                 observed.append((config, float(t.value)))
-        return seen, observed, running, shared
+        return _History(seen, observed, running, shared, fitting)
 
     # -- proposals ---------------------------------------------------------------------------
     def _publish_theta(self) -> None:
         """Keep the fitted hyperparameters on the trial being proposed, where the study's
         other workers read them (:meth:`_history`)."""
-        if self._trial is None or self._gp_theta is None:
-            return
-        study, trial_id = self._trial
-        value = {
-            "n": self._gp_theta_n,
-            "theta": self._gp_theta.tolist(),
-            "names": list(self._names),
-        }
-        study._storage.set_trial_system_attr(trial_id, _THETA_ATTR, value)
+        if self._gp_theta is not None:
+            self._publish(_THETA_ATTR, n=self._gp_theta_n, theta=self._gp_theta.tolist())
+
+    def _publish(self, attr: str, **value: Any) -> None:
+        if self._trial is not None:
+            study, trial_id = self._trial
+            value["names"] = list(self._names)
+            study._storage.set_trial_system_attr(trial_id, attr, value)
+
+    def _gp_fit_due(self, n: int) -> bool:
+        """Whether the GP's hyperparameters are to be fitted for ``n`` evaluations: when they
+        grew by ``gp_refit_growth`` since the last fit, and no other worker of the study began
+        a fit within that growth. The study's workers take their evaluations from devices of
+        one speed, so they propose at about the same moments, before one's fit is published:
+        each would fit the same hyperparameters at once. One does; the others keep theirs (at
+        most one growth step old) or, having none yet, give the step to the forest."""
+        growth = 1 + self._gp_refit_growth
+        if self._gp_theta is not None and n < self._gp_theta_n * growth:
+            return False
+        return self._fitting_elsewhere * growth <= n
 
     def _propose_batch(
         self,
@@ -387,19 +413,22 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
             self.bandit.settle(observed)
             acquisition = self.bandit.choose()
         chosen = acquisition
-        if acquisition in GP_ACQUISITIONS and not self._gp_affordable(len(observed)):
+        n = len(observed)
+        if acquisition in GP_ACQUISITIONS and (
+            not self._gp_affordable(n) or (self._gp_theta is None and not self._gp_fit_due(n))
+        ):
             acquisition = acquisition.removeprefix("gp-")  # the forest's turn instead
         if acquisition in GP_ACQUISITIONS:
             fit = self._gp_model(
-                dists, lambda: self._candidates(base, dists, seen, observed), observed
+                dists, lambda: self._candidates(base, dists, seen, observed), observed, others
             )
             acquisition = acquisition.removeprefix("gp-")
         else:
-            if self._fit is None or self._forest_stale(len(observed), others):
+            if self._fit is None or self._forest_stale(n, others):
                 candidates = self._candidates(base, dists, seen, observed)
                 self._fit = self._model(dists, candidates, observed)
-                self._fitted_at, self._fit_reused = len(observed), False
-                self.forest_fits.append(len(observed))
+                self._fitted_at, self._fit_reused = n, False
+                self.forest_fits.append(n)
             fit = self._fit
         config = self._best_by(acquisition, fit, dists, seen, observed)
         config = config if config is not None else self._uniform(base, dists, seen)
@@ -508,6 +537,7 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
         dists: Mapping[str, CategoricalDistribution],
         candidates: Callable[[], list[Config]],
         observed: list[tuple[Config, float]],
+        others: int = 0,
     ) -> _Fit:
         """The GP's prediction (mean and spread of log time) for every candidate.
 
@@ -522,7 +552,9 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
         n = len(observed)
         x = unit_features(self._names, dists, [c for c, _ in observed])
         y = _log_times(observed)
-        if self._gp_theta is None or n >= self._gp_theta_n * (1 + self._gp_refit_growth):
+        if self._gp_fit_due(n):
+            if others:  # the study's other workers see that this fit began
+                self._publish(_FITTING_ATTR, n=n)
             subset = (
                 np.sort(self._rng.choice(n, self._gp_fit_max, replace=False))
                 if n > self._gp_fit_max
@@ -532,6 +564,8 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
             self._gp_theta_n = n
             self._publish_theta()
             self.gp_fits.append(len(subset))
+        # Without hyperparameters and no fit due, the step was the forest's (_propose).
+        assert self._gp_theta is not None
         if self._pool is None:
             if self._reuse_draws and self._drawn_fit is not None:
                 return self._drawn_fit  # a batch's: the same evaluations, pool and theta

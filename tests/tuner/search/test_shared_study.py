@@ -15,7 +15,7 @@ from optuna.trial import TrialState
 from tests.tuner.search.bowl import bowl_space
 from tilewise.search import ReplaySpace, replay_search
 from tilewise.search._bench import search_space_of
-from tilewise.search._surrogate import SurrogateSampler, _extension
+from tilewise.search._surrogate import _FITTING_ATTR, SurrogateSampler, _extension
 
 
 def _config(trial: optuna.trial.FrozenTrial | optuna.Trial) -> tuple[int, ...]:
@@ -181,6 +181,65 @@ def test_in_a_shared_study_a_forest_fit_serves_two_steps_of_a_worker(tmp_path: P
         # A reused fit is at most one step old: no two steps in a row without a fit.
         assert len(sampler.forest_fits) >= steps // 2
     assert study.best_value == pytest.approx(space.optimum_ms)
+
+
+def _gp_only(space: ReplaySpace) -> SurrogateSampler:
+    return SurrogateSampler(
+        space=search_space_of(space), seed=0, n_startup=5, acquisitions=("gp-ei",)
+    )
+
+
+def _fit_begun_elsewhere(study: optuna.Study, space: ReplaySpace, n: int) -> optuna.Trial:
+    """Another worker's trial, running, whose proposal began a GP fit for ``n`` evaluations
+    (its hyperparameters not published yet)."""
+    trial = study.ask(space.distributions)
+    study._storage.set_trial_system_attr(
+        trial._trial_id, _FITTING_ATTR, {"n": n, "names": ["a", "b", "c"]}
+    )
+    return trial
+
+
+def test_a_gp_fit_another_worker_began_is_not_made_again(tmp_path: Path) -> None:
+    space = bowl_space(tmp_path / "s.csv")
+    storage = optuna.storages.InMemoryStorage()
+    random = optuna.create_study(
+        storage=storage, study_name="shared", sampler=optuna.samplers.RandomSampler(seed=1)
+    )
+    for _ in range(20):
+        _tell(random, space, random.ask(space.distributions))
+    other = _fit_begun_elsewhere(random, space, 20)
+    # A worker without hyperparameters gives its GP step to the forest.
+    fresh = _gp_only(space)
+    mine = optuna.load_study(study_name="shared", storage=storage, sampler=fresh)
+    _tell(mine, space, mine.ask(space.distributions))
+    assert fresh.gp_fits == [] and fresh.forest_fits == [20]
+    # Once the study grew by a tenth past the fit begun, a fit is due again: this worker makes
+    # it, and says so on its trial while the other worker is still running.
+    for _ in range(2):
+        _tell(random, space, random.ask(space.distributions))
+    trial = mine.ask(space.distributions)
+    assert fresh.gp_fits == [23]
+    assert mine.trials[trial.number].system_attrs[_FITTING_ATTR]["n"] == 23
+    _tell(mine, space, trial)
+    _tell(random, space, other)
+    # A worker with hyperparameters keeps them while another's fit for this growth runs.
+    for _ in range(2):
+        _tell(random, space, random.ask(space.distributions))
+    other = _fit_begun_elsewhere(random, space, 26)
+    trial = mine.ask(space.distributions)
+    assert fresh.gp_fits == [23] and fresh.forest_fits == [20]  # the GP's step, kept theta
+    _tell(mine, space, trial)
+    _tell(random, space, other)
+
+
+def test_alone_a_gp_fit_says_nothing_to_the_study(tmp_path: Path) -> None:
+    space = bowl_space(tmp_path / "s.csv")
+    sampler = _gp_only(space)
+    study = optuna.create_study(sampler=sampler)
+    for _ in range(30):
+        _tell(study, space, study.ask(space.distributions))
+    assert len(sampler.gp_fits) >= 5
+    assert not any(_FITTING_ATTR in t.system_attrs for t in study.trials)
 
 
 def test_the_extension_order_keeps_the_known_first() -> None:
