@@ -177,7 +177,7 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
         self.forest_fits: list[int] = []  # ... and the evaluations each forest fit saw
         self._gp_theta: np.ndarray | None = None  # the GP's last fitted hyperparameters
         self._gp_theta_n = 0  # ... and the evaluations they were fitted to
-        self._fitting_elsewhere = 0  # the most evaluations a fit began for in the study
+        self._fit_begun_at = 0  # the most evaluations a GP fit in the study began for
         self._model_steps = 0  # proposals made from the model, which pick the acquisition
         self._fit: _Fit | None = None
         self._names: tuple[str, ...] = ()
@@ -218,13 +218,12 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
         # What the feasibility test sees of a configuration beside its searched fields: each
         # field's only (or first) choice, built once per proposal, not per screened tiling.
         base = {n: d.choices[0] for n, d in full.items() if isinstance(d, CategoricalDistribution)}
-        history = self._history(study, trial, names)
-        seen, observed, running, shared = history[:4]
+        seen, observed, running, shared, fit_begun = self._history(study, trial, names)
         if shared is not None and shared[0] > self._gp_theta_n:
             # Hyperparameters another worker of the study fitted to more evaluations than ours
             # were: the GP's refit rule then holds for the study, not for each of its workers.
             self._gp_theta, self._gp_theta_n = np.array(shared[1]), shared[0]
-        self._fitting_elsewhere = history.fitting
+        self._fit_begun_at = fit_begun
         self._trial = (study, trial._trial_id)
         # One BLAS thread: the matrices here have a few hundred rows, which gain nothing from
         # more, and on a busy host BLAS threads spin waiting for each other (a 200 x 200
@@ -299,7 +298,7 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
         growth = 1 + self._gp_refit_growth
         if self._gp_theta is not None and n < self._gp_theta_n * growth:
             return False
-        return self._fitting_elsewhere * growth <= n
+        return self._fit_begun_at * growth <= n
 
     def _propose_batch(
         self,
@@ -440,9 +439,9 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
         """Whether the forest is to be refitted for ``n`` evaluations: when they grew by
         ``n // refit_divisor`` since its fit. In a study ``others`` running workers share, it
         grows by about one evaluation per worker between two proposals of this one, so the
-        growth rule alone refits at every forest step of every worker (at 64 workers that fit
-        was most of a worker's CPU, all of them at once while the devices waited): there a
-        stale fit serves one more step, unless the study grew by ``4 * others`` since it was
+        growth rule alone refits at every forest step of every worker (at 64 workers, all of
+        them at about the same moment while the devices wait): there a stale fit serves one
+        more step, unless the study grew by ``4 * others`` since it was
         made (this worker was slow, or the others quick). Alone, the growth rule as it was."""
         grown = n - self._fitted_at
         if grown < max(1, n // self._refit_divisor):
