@@ -99,8 +99,8 @@ _FITTING_ATTR = "tilewise:gp_fitting"
 class _History(NamedTuple):
     """What a proposal knows of its study (:meth:`SurrogateSampler._history`)."""
 
-    seen: set[tuple[Any, ...]]  # every configuration proposed so far, queued ones included
-    observed: list[tuple[tuple[Any, ...], float]]  # the evaluated ones with their values
+    seen: set[Config]  # every configuration proposed so far, queued ones included
+    observed: list[tuple[Config, float]]  # the evaluated ones with their values
     running: int  # other trials running: the study's other workers
     shared: tuple[int, list[float]] | None  # the GP fit to the most evaluations: (n, theta)
     fitting: int  # the most evaluations a GP fit began for in the study (0: none)
@@ -396,7 +396,7 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
         dists: Mapping[str, CategoricalDistribution],
         seen: set[Config],
         observed: list[tuple[Config, float]],
-        others: int = 0,
+        others: int,
     ) -> Config | None:
         if not self._pool_ready:
             self._pool, self._pool_ready = self._listed_pool(base, dists), True
@@ -423,7 +423,7 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
             )
             acquisition = acquisition.removeprefix("gp-")
         else:
-            if self._fit is None or self._forest_stale(n, others):
+            if self._fit is None or self._refit_forest(n, others):
                 candidates = self._candidates(base, dists, seen, observed)
                 self._fit = self._model(dists, candidates, observed)
                 self._fitted_at, self._fit_reused = n, False
@@ -435,14 +435,15 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
             self.bandit.proposed(config, chosen)
         return config
 
-    def _forest_stale(self, n: int, others: int) -> bool:
-        """Whether the forest is to be refitted for ``n`` evaluations: when they grew by
+    def _refit_forest(self, n: int, others: int) -> bool:
+        """Whether this step refits the forest for ``n`` evaluations: when they grew by
         ``n // refit_divisor`` since its fit. In a study ``others`` running workers share, it
         grows by about one evaluation per worker between two proposals of this one, so the
         growth rule alone refits at every forest step of every worker (at 64 workers, all of
         them at about the same moment while the devices wait): there a stale fit serves one
-        more step, unless the study grew by ``4 * others`` since it was
-        made (this worker was slow, or the others quick). Alone, the growth rule as it was."""
+        more step (noted here, so that the next stale step refits), unless the study grew by
+        ``4 * others`` since it was made (this worker was slow, or the others quick). Alone,
+        the growth rule as it was."""
         grown = n - self._fitted_at
         if grown < max(1, n // self._refit_divisor):
             return False
@@ -536,7 +537,7 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
         dists: Mapping[str, CategoricalDistribution],
         candidates: Callable[[], list[Config]],
         observed: list[tuple[Config, float]],
-        others: int = 0,
+        others: int,
     ) -> _Fit:
         """The GP's prediction (mean and spread of log time) for every candidate.
 

@@ -86,7 +86,7 @@ class _RecordedOnceLeft(threading.Thread):
                 if self.done.is_set() or time.monotonic() > deadline:
                     return
                 time.sleep(0.01)
-            time.sleep(0.2)  # the tuner is waiting for the record by now
+            time.sleep(0.2)  # most likely the tuner waits for the record by then: the path meant
             self.other.evaluate(
                 self.tiling,
                 source=RecordSource.DEFAULT,
