@@ -48,57 +48,59 @@ def c0(dtype: str) -> int:
 @lru_cache(maxsize=4096)
 def single_core(extent: int, cores: int) -> tuple[int, ...]:
     """Per-core extents of the core splits that fit ``cores``, multiples of 16, ascending."""
-    return tuple(single for single, _ in _pieces(extent, cores))
+    return tuple(single for single, _ in _pieces(-(-extent // 16), cores)[0])
 
 
 @lru_cache(maxsize=4096)
-def _pieces(extent: int, cores: int) -> tuple[tuple[int, int], ...]:
-    """(per-core extent, cores it takes) of each of ``single_core``: in ascending order of the
-    extent, so the cores taken never grow. A split of ``s`` cores takes at most ``s`` (its
-    per-core extent is at least extent / s), so every piece fits ``cores``."""
+def _pieces(blocks: int, cores: int) -> tuple[tuple[tuple[int, int], ...], tuple[int, ...]]:
+    """The core splits of an extent of ``blocks`` blocks of 16 (all a split reads of it: a
+    split of ``s`` cores gives each ``16 * ceil(blocks / s)`` and takes ``ceil(blocks / that
+    many blocks)`` cores, as for the extent itself).
+
+    Returns (per-core extent, cores it takes) of each of ``single_core``, in ascending order of
+    the extent, and per core count ``c`` up to ``cores`` the index of the first of them taking
+    at most ``c`` (``len`` of them for 0). The cores taken fall strictly along the pieces, so
+    that one is also the piece taking the most cores within ``c``. A split of ``s`` cores takes
+    at most ``s``, so every piece fits ``cores``."""
     # One pass: the per-core extent never grows with the split, so the splits from the largest
-    # down give the extents in ascending order, repeats side by side. Inline, as the default
-    # heuristics ask it per new shape: -extent // s is -ceil(extent / s), and
-    # -(-x // 16) * 16 rounds x up to a multiple of 16.
-    out = []
+    # down give the extents in ascending order, repeats side by side. -(-x // s) is
+    # ceil(x / s).
+    pieces = []
     last = 0
     for s in _SPLITS_DOWN:
         if s > cores:
             continue
-        single = -((-extent // s) // 16) * 16
-        if single != last:
-            last = single
-            out.append((single, -(-extent // single)))
-    return tuple(out)
+        per_core = -(-blocks // s)
+        if per_core != last:
+            last = per_core
+            pieces.append((16 * per_core, -(-blocks // per_core)))
+    first_within = []
+    i = len(pieces)
+    for c in range(cores + 1):
+        while i and pieces[i - 1][1] <= c:
+            i -= 1
+        first_within.append(i)
+    return tuple(pieces), tuple(first_within)
 
 
 def default_split(m: int, n: int, cores: int) -> tuple[int, int]:
     """(singleCoreM, singleCoreN) as MultiCoreMatmulTiling would pick them: the split that uses
     the most cores, then the least work per core, then the squarest block (the first such in
     the order of ``single_core``)."""
-    best: tuple[int, int] | None = None
-    best_used = best_size = 0
-    columns = _pieces(n, cores)
-    for sm, used_m in _pieces(m, cores):
-        # Only the columns taking the most cores that fit beside used_m can win with sm (any
-        # other gives fewer cores in all): the first run of them, as the cores taken never
-        # grow along the columns. The rest is the plain comparison, in the same order.
-        limit = cores // used_m
-        most = 0
-        for sn, used_n in columns:
-            if used_n > limit:
-                continue
-            if most and used_n < most:
-                break
-            most = used_n
-            used = used_m * used_n
-            if used < best_used:
-                break
-            size = sm * sn + abs(sm - sn)
-            if used > best_used or size < best_size:
-                best, best_used, best_size = (sm, sn), used, size
-    assert best is not None  # a split of 1 x 1 always fits
-    return best
+    rows = _pieces(-(-m // 16), cores)[0]
+    columns, first_within = _pieces(-(-n // 16), cores)
+    best_used = best_size = best_m = best_n = 0
+    for sm, used_m in rows:
+        # Of the columns beside sm, the one taking the most cores that fit can win alone (any
+        # other gives fewer cores in all).
+        sn, used_n = columns[first_within[cores // used_m]]
+        used = used_m * used_n
+        if used < best_used:
+            continue
+        size = sm * sn + abs(sm - sn)
+        if used > best_used or size < best_size:
+            best_m, best_n, best_used, best_size = sm, sn, used, size
+    return best_m, best_n
 
 
 def cube_tunables(dtype: str, *, m: Bound, n: Bound, k: tuple[str, ...]) -> tuple[Tunable, ...]:
@@ -270,8 +272,9 @@ def default_matmul(
     So the whole tiling is a function of the split and of K capped at the vendor's baseK (all
     that default_base reads of K): it is kept per (singleCoreM, singleCoreN, capped K), up to
     :data:`MAX_KEPT_DEFAULTS` of them, and a shape whose split was met before costs the split
-    alone."""
-    m, n, k = (shape[d] for d in dims)
+    alone. A split met first costs a copy of the tiling's other fields, which default_base
+    reads of the split only capped at the vendor's base block (:func:`_template`)."""
+    m, n, k = shape[dims[0]], shape[dims[1]], shape[dims[2]]
     sm, sn = default_split(m, n, target.cube_cores)
     granule = c0(dtype)
     key = (sm, sn, min(VENDOR_BASE[2], -(-k // granule) * granule))
@@ -279,32 +282,58 @@ def default_matmul(
     found = kept.get(key)
     if found is not None:
         return found
-    base = default_base(sm, sn, k, dtype, target, objects)
-    values = {**base, **_fitted(spec, shape, dtype, target, base, sm, sn)}
+    values = _template(spec, shape, dtype, target, objects, sm, sn, key[2]).copy()
     values["singleCoreM"], values["singleCoreN"] = sm, sn
-    tiling = Tiling.of_sorted({name: values[name] for name in _DEFAULT_FIELDS})
+    tiling = Tiling.of_sorted(values)
     if len(kept) < MAX_KEPT_DEFAULTS:
         kept[key] = tiling
     return tiling
 
 
+def _template(
+    spec: OpSpec,
+    shape: Shape,
+    dtype: str,
+    target: TargetProfile,
+    objects: int,
+    sm: int,
+    sn: int,
+    k: int,
+) -> dict[str, int]:
+    """Every field of :func:`default_matmul`'s tiling for the split (sm, sn) of ``shape`` and K
+    capped at the vendor's baseK (``k``), in name order, the split's two zero: kept per the
+    split capped at the vendor's (baseM, baseN), beyond which default_base does not read it (at
+    most 8 x 16 capped splits of multiples of 16 per capped K)."""
+    templates: dict[tuple[int, int, int], dict[str, int]] = kept_of(
+        spec, f"{dtype} default templates", target, dict
+    )
+    capped = (min(sm, VENDOR_BASE[0]), min(sn, VENDOR_BASE[1]), k)
+    template = templates.get(capped)
+    if template is None:
+        base = default_base(sm, sn, k, dtype, target, objects)
+        values = {**base, **_fitted(spec, shape, dtype, target, base, sm, sn)}
+        values["singleCoreM"] = values["singleCoreN"] = 0
+        template = templates[capped] = {name: values[name] for name in _DEFAULT_FIELDS}
+    return template
+
+
 def warm_default_fits(
     spec: OpSpec, dims: tuple[str, str, str], dtype: str, target: TargetProfile, objects: int = 1
 ) -> None:
-    """Fit every base block :func:`default_base` can start from, for :func:`default_matmul`.
-    default_base's start depends on the split and K only through the capped sizes tried here;
-    each is fitted at the shape whose one core's block is the base block (a split of one core,
+    """Fill what :func:`default_matmul` keeps for any shape: the tiling of every capped split
+    and K (:func:`_template`), and so the fit of every base block default_base can start from.
+    Each is made at the shape whose one core's block is the capped split (a split of one core,
     where every check that reads the shape passes as at any shape default_matmul meets)."""
     warmed: list[bool] = kept_of(spec, f"{dtype} default fits warmed", target, list)
     if warmed:
         return
     start_m, start_n, start_k = VENDOR_BASE
-    for sm in (v for v in BASE_MN if v <= start_m):
-        for sn in (v for v in BASE_MN if v <= start_n):
-            for k in (v for v in BASE_K if v <= start_k):
-                base = default_base(sm, sn, k, dtype, target, objects)
+    granule = c0(dtype)
+    for sm in range(16, start_m + 1, 16):
+        for sn in range(16, start_n + 1, 16):
+            for k in range(granule, start_k + 1, granule):
                 shape = Shape(dict(zip(dims, (sm, sn, k), strict=True)))
-                _fitted(spec, shape, dtype, target, base, sm, sn)
+                _template(spec, shape, dtype, target, objects, sm, sn, k)
     warmed.append(True)
 
 

@@ -130,8 +130,13 @@ def test_a_splits_pieces_are_the_core_splits_that_fit() -> None:
                 for single in singles
                 if ceil_div(extent, single) <= cores
             )
-            assert cube._pieces(extent, cores) == expected
+            pieces, first_within = cube._pieces(-(-extent // 16), cores)
+            assert pieces == expected
             assert cube.single_core(extent, cores) == tuple(singles)
+            # The first piece taking at most c cores, for every c.
+            for c in range(cores + 1):
+                within = [i for i, (_, used) in enumerate(pieces) if used <= c]
+                assert first_within[c] == (within[0] if within else len(pieces))
 
 
 @pytest.mark.parametrize("name", ["linear_add_gelu", "swiglu_mlp"])
