@@ -5,7 +5,8 @@ space).
 * Proposals come from a candidate pool that holds only feasible configurations never proposed
   before: the whole feasible set when it can be listed (a recorded space, or a product of the
   domains small enough to filter with ``feasible``), otherwise random feasible draws plus every
-  one-field change of the best configurations so far (a local search around the incumbents).
+  one-field change of the best configurations so far (a local search around the incumbents;
+  ``tilewise.search._pool``).
 * The first ``n_startup`` proposals are start-up draws: uniform over the pool, or with
   ``spread`` (the default strategy's) uniform among the candidates that take, in the
   most fields, a value used least so far (each field's values spread over the draws, as in a
@@ -37,16 +38,16 @@ space).
   stays ``pool_size`` draws plus the incumbents' neighbours. Linear algebra runs on one BLAS thread.
 * In a study several workers share (a job's holder and its assistants, each with its own
   sampler), the GP's hyperparameters are fitted for the study: each fit is kept on the trial
-  it was made for, and a worker takes the ones fitted to the most evaluations, so the refit
-  rule holds for the study rather than for each worker; a fit another worker began for the
-  same growth is not made again (the worker keeps its older hyperparameters meanwhile, or,
-  with none yet, gives the step to the forest). Their evaluations complete out of
-  order, and the posterior is extended by whichever are new to it. With ``shared_batch`` k
-  above 1 (strategy ``surrogate-batch8``), a model step there also proposes for up to k - 1
-  of the other workers (one per other running trial; the acquisitions in turn, each
-  configuration new), queued as waiting trials that their next asks take without a fit of
-  their own: less CPU per evaluation, a little more staleness. Alone, nothing is queued and
-  the search is what it was.
+  it was made for (``tilewise.search._shared_study``), and a worker takes the ones fitted to
+  the most evaluations, so the refit rule holds for the study rather than for each worker; a
+  fit another worker began for the same growth is not made again (the worker keeps its older
+  hyperparameters meanwhile, or, with none yet, gives the step to the forest). Their
+  evaluations complete out of order, and the posterior is extended by whichever are new to
+  it. With ``shared_batch`` k above 1 (strategy ``surrogate-batch8``), a model step there also
+  proposes for up to k - 1 of the other workers (one per other running trial; the
+  acquisitions in turn, each configuration new), queued as waiting trials that their next
+  asks take without a fit of their own: less CPU per evaluation, a little more staleness.
+  Alone, nothing is queued and the search is what it was.
 
 The forest's features are the tunables' values (numbers as they are, other choices by index),
 plus two generic ones for tile sizes: the log-product and log-ratio of every pair of size-like
@@ -62,12 +63,10 @@ README's search section has them, and the spread start-up's and the bandit's com
 
 from __future__ import annotations
 
-import itertools
 import math
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import optuna
@@ -79,9 +78,10 @@ from threadpoolctl import ThreadpoolController
 from tilewise.search._bandit import AcquisitionBandit
 from tilewise.search._features import forest_features, parzen_scores, unit_features
 from tilewise.search._gp import GaussianProcess, PooledPosterior
+from tilewise.search._pool import CandidatePool, Config
+from tilewise.search._shared_study import FITTING_ATTR, THETA_ATTR, publish, read_history
 from tilewise.search._space import SearchSpace
 
-Config = tuple[Any, ...]
 _BLAS = ThreadpoolController()
 
 #: How the next configuration is picked from the forest's prediction: expected improvement,
@@ -90,20 +90,6 @@ _BLAS = ThreadpoolController()
 #: the same from the Gaussian process's prediction.
 GP_ACQUISITIONS = ("gp-ei", "gp-mean", "gp-local")
 ACQUISITIONS = ("ei", "mean", "parzen", "local", *GP_ACQUISITIONS)
-#: The trial system attribute that holds the GP hyperparameters fitted when it was proposed.
-_THETA_ATTR = "tilewise:gp_theta"
-#: ... and the one that says a fit for that many evaluations began (in a shared study).
-_FITTING_ATTR = "tilewise:gp_fitting"
-
-
-class _History(NamedTuple):
-    """What a proposal knows of its study (:meth:`SurrogateSampler._history`)."""
-
-    seen: set[Config]  # every configuration proposed so far, queued ones included
-    observed: list[tuple[Config, float]]  # the evaluated ones with their values
-    running: int  # other trials running: the study's other workers
-    shared: tuple[int, list[float]] | None  # the GP fit to the most evaluations: (n, theta)
-    fitting: int  # the most evaluations a GP fit began for in the study (0: none)
 
 
 @dataclass(frozen=True)
@@ -149,8 +135,14 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
         self._rng = np.random.default_rng(seed)
         self._random = optuna.samplers.RandomSampler(seed=seed)
         self._n_startup, self._n_trees = n_startup, n_trees
-        self._pool_size, self._enumerate_limit = pool_size, enumerate_limit
-        self._local_top, self._refit_divisor = local_top, refit_divisor
+        self._refit_divisor = refit_divisor
+        self.pool = CandidatePool(
+            space,
+            self._rng,
+            pool_size=pool_size,
+            enumerate_limit=enumerate_limit,
+            local_top=local_top,
+        )
         self._pairs, self._align = pairs, align
         self._max_features, self._min_leaf = max_features, min_leaf
         self._acquisitions, self._good_fraction = tuple(acquisitions), good_fraction
@@ -158,7 +150,6 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
         self._gp_fit_max, self._gp_max_entries = gp_fit_max, gp_max_entries
         self._spread = spread
         self._shared_batch = shared_batch
-        self._reuse_draws = False  # a batch's later proposals: no fresh draws (_random_configs)
         self._drawn_fit: _Fit | None = None  # the GP's over a drawn pool, for the same batch
         self._trial: tuple[Study, int] | None = None  # (study, trial id) being proposed
         #: Picks each step's acquisition by whether its proposals landed among the
@@ -181,9 +172,6 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
         self._model_steps = 0  # proposals made from the model, which pick the acquisition
         self._fit: _Fit | None = None
         self._names: tuple[str, ...] = ()
-        self._pool: list[Config] | None = None
-        self._random_cache: list[Config] | None = None
-        self._pool_ready = False
         self._fitted_at = -1
         self._fit_reused = False  # the forest's fit served a step it was stale for (shared)
 
@@ -209,16 +197,16 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
             return {}
         names = tuple(sorted(dists))
         if names != self._names:
-            self._names, self._pool_ready, self._fit, self._fitted_at = names, False, None, -1
+            self._names, self._fit, self._fitted_at = names, None, -1
             self._gp_theta, self._posterior = None, None
-            self._random_cache = None  # configurations of another space
+            self.pool.reset(names)  # configurations of another space
         if set(names) <= set(trial.system_attrs.get("fixed_params") or ()):
             return {}  # a queued trial: its configuration was proposed when it was queued
         full = {**{n: d for n, d in search_space.items() if d.single()}, **dists}
         # What the feasibility test sees of a configuration beside its searched fields: each
         # field's only (or first) choice, built once per proposal, not per screened tiling.
         base = {n: d.choices[0] for n, d in full.items() if isinstance(d, CategoricalDistribution)}
-        seen, observed, running, shared, fit_begun = self._history(study, trial, names)
+        seen, observed, running, shared, fit_begun = read_history(study, trial, names)
         if shared is not None and shared[0] > self._gp_theta_n:
             # Hyperparameters another worker of the study fitted to more evaluations than ours
             # were: the GP's refit rule then holds for the study, not for each of its workers.
@@ -246,47 +234,11 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
     ) -> Any:
         return self._random.sample_independent(study, trial, param_name, param_distribution)
 
-    # -- history -----------------------------------------------------------------------------
-    def _history(self, study: Study, trial: FrozenTrial, names: tuple[str, ...]) -> _History:
-        seen: set[Config] = set()
-        observed: list[tuple[Config, float]] = []
-        running = fitting = 0
-        shared: tuple[int, list[float]] | None = None
-        fields = list(names)
-        for t in study.get_trials(deepcopy=False):
-            if t.number == trial.number:
-                continue
-            fitted = t.system_attrs.get(_THETA_ATTR)
-            if fitted and (shared is None or fitted["n"] > shared[0]) and fitted["names"] == fields:
-                shared = (fitted["n"], fitted["theta"])
-            begun = t.system_attrs.get(_FITTING_ATTR)
-            if begun and begun["names"] == fields:
-                fitting = max(fitting, begun["n"])
-            params = t.params
-            if t.state == TrialState.WAITING:  # queued: its parameters are still to be set
-                params = t.system_attrs.get("fixed_params") or {}
-            elif t.state == TrialState.RUNNING:
-                running += 1
-            if not all(n in params for n in names):
-                continue
-            config = tuple(params[n] for n in names)
-            seen.add(config)
-            if t.state == TrialState.COMPLETE and t.value is not None:
-                observed.append((config, float(t.value)))
-        return _History(seen, observed, running, shared, fitting)
-
     # -- proposals ---------------------------------------------------------------------------
-    def _publish_theta(self) -> None:
-        """Keep the fitted hyperparameters on the trial being proposed, where the study's
-        other workers read them (:meth:`_history`)."""
-        if self._gp_theta is not None:
-            self._publish(_THETA_ATTR, n=self._gp_theta_n, theta=self._gp_theta.tolist())
-
     def _publish(self, attr: str, **value: Any) -> None:
+        """Keep ``value`` on the trial being proposed, for the study's other workers."""
         if self._trial is not None:
-            study, trial_id = self._trial
-            value["names"] = list(self._names)
-            study._storage.set_trial_system_attr(trial_id, attr, value)
+            publish(*self._trial, attr, self._names, **value)
 
     def _gp_fit_due(self, n: int) -> bool:
         """Whether the GP's hyperparameters are to be fitted for ``n`` evaluations: when they
@@ -316,79 +268,14 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
         self._drawn_fit = None
         for _ in range(max(1, min(1 + others, self._shared_batch))):
             # The later ones choose from the pool the first drew: its models are those fitted.
-            self._reuse_draws = bool(configs)
+            self.pool.reuse_draws = bool(configs)
             config = self._propose(base, dists, seen, observed, others)
             if config is None:
                 break
             configs.append(config)
             seen.add(config)
-        self._reuse_draws = False
+        self.pool.reuse_draws = False
         return configs
-
-    def _feasible(self, base: Mapping[str, Any], config: Config) -> bool:
-        if self._space is None or self._space.feasible is None:
-            return True
-        params = dict(base)
-        params.update(zip(self._names, config, strict=True))
-        return self._space.feasible(params)
-
-    def _listed_pool(
-        self, base: Mapping[str, Any], dists: Mapping[str, CategoricalDistribution]
-    ) -> list[Config] | None:
-        if self._space is not None and self._space.candidates is not None:
-            allowed = {n: set(d.choices) for n, d in dists.items()}
-            return [
-                tuple(c[n] for n in self._names)
-                for c in self._space.candidates()
-                if all(c.get(n) in allowed[n] for n in self._names)
-            ]
-        size = math.prod(len(dists[n].choices) for n in self._names)
-        if size > self._enumerate_limit:
-            return None
-        product = itertools.product(*(dists[n].choices for n in self._names))
-        return [c for c in product if self._feasible(base, c)]
-
-    def _random_configs(
-        self, base: Mapping[str, Any], dists: Mapping[str, CategoricalDistribution]
-    ) -> list[Config]:
-        """Random feasible configurations of a space too large to list.
-
-        Each call draws up to an eighth of ``pool_size`` fresh ones and keeps the newest
-        ``pool_size``: the pool fills over the first eight proposals (start-up draws, which
-        need no more than that) and is refreshed by an eighth at each later one, so the static
-        check (the cost of screening) is paid for an eighth of the pool per proposal. A worker
-        joining a shared study pays no more at its first proposal: 64 workers that start at
-        once would otherwise each screen a whole pool while their devices wait.
-        """
-        if self._reuse_draws and self._random_cache is not None:
-            return self._random_cache
-        wanted = max(1, self._pool_size // 8)
-        draws = [self._rng.integers(len(dists[n].choices), size=4 * wanted) for n in self._names]
-        found: list[Config] = []
-        for row in zip(*draws, strict=True):
-            config = tuple(dists[n].choices[i] for n, i in zip(self._names, row, strict=True))
-            if self._feasible(base, config):
-                found.append(config)
-                if len(found) >= wanted:
-                    break
-        # The newest ``pool_size`` only: a pool that grew with every proposal made each model
-        # step (and each forest prediction) dearer the longer the search ran.
-        merged = list(dict.fromkeys([*(self._random_cache or []), *found]))
-        self._random_cache = merged[-self._pool_size :]
-        return self._random_cache
-
-    def _neighbours(
-        self,
-        base: Mapping[str, Any],
-        dists: Mapping[str, CategoricalDistribution],
-        observed: Sequence[tuple[Config, float]],
-    ) -> list[Config]:
-        return [
-            changed
-            for config, _ in sorted(observed, key=lambda o: o[1])[: self._local_top]
-            for changed in self._one_field_changes(dists, config)
-            if self._feasible(base, changed)
-        ]
 
     def _propose(
         self,
@@ -398,13 +285,11 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
         observed: list[tuple[Config, float]],
         others: int,
     ) -> Config | None:
-        if not self._pool_ready:
-            self._pool, self._pool_ready = self._listed_pool(base, dists), True
+        self.pool.prepare(base, dists)
         finite = [v for _, v in observed if math.isfinite(v) and v > 0]
         if len(observed) < self._n_startup or not finite:
-            return (
-                self._start(base, dists, seen) if self._spread else self._uniform(base, dists, seen)
-            )
+            start = self.pool.spread if self._spread else self.pool.uniform
+            return start(base, dists, seen)
         if self.bandit is None:
             acquisition = self._acquisitions[self._model_steps % len(self._acquisitions)]
             self._model_steps += 1
@@ -419,18 +304,18 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
             acquisition = acquisition.removeprefix("gp-")  # the forest's turn instead
         if acquisition in GP_ACQUISITIONS:
             fit = self._gp_model(
-                dists, lambda: self._candidates(base, dists, seen, observed), observed, others
+                dists, lambda: self.pool.candidates(base, dists, seen, observed), observed, others
             )
             acquisition = acquisition.removeprefix("gp-")
         else:
             if self._fit is None or self._refit_forest(n, others):
-                candidates = self._candidates(base, dists, seen, observed)
+                candidates = self.pool.candidates(base, dists, seen, observed)
                 self._fit = self._model(dists, candidates, observed)
                 self._fitted_at, self._fit_reused = n, False
                 self.forest_fits.append(n)
             fit = self._fit
         config = self._best_by(acquisition, fit, dists, seen, observed)
-        config = config if config is not None else self._uniform(base, dists, seen)
+        config = config if config is not None else self.pool.uniform(base, dists, seen)
         if self.bandit is not None and config is not None:
             self.bandit.proposed(config, chosen)
         return config
@@ -457,41 +342,9 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
         a listed pool holds at most ``gp_max_entries`` numbers (n x pool size), and on a
         drawn pool up to 1,000 evaluations. Past that the forest, whose cost grows as n log n,
         carries on alone: the GP's strength is in the first evaluations."""
-        if self._pool is not None:
-            return n * len(self._pool) <= self._gp_max_entries
+        if self.pool.listed is not None:
+            return n * len(self.pool.listed) <= self._gp_max_entries
         return n <= 1000
-
-    def _start(
-        self,
-        base: Mapping[str, Any],
-        dists: Mapping[str, CategoricalDistribution],
-        seen: set[Config],
-    ) -> Config | None:
-        """A start-up proposal: uniform among the unseen candidates that take, in the most
-        fields, one of the values used least so far (a Latin-hypercube-like spread over each
-        field's values, within the feasible configurations), so that the first models see
-        every field at several values."""
-        pool = self._pool if self._pool is not None else self._random_configs(base, dists)
-        fresh = [c for c in pool if c not in seen]
-        if not fresh:
-            return None
-        counts = [Counter(c[i] for c in seen) for i in range(len(self._names))]
-        least = [min(counts[i][c[i]] for c in fresh) for i in range(len(self._names))]
-        score = np.array([sum(counts[i][v] == least[i] for i, v in enumerate(c)) for c in fresh])
-        top = np.flatnonzero(score == score.max())
-        return fresh[int(top[self._rng.integers(len(top))])]
-
-    def _uniform(
-        self,
-        base: Mapping[str, Any],
-        dists: Mapping[str, CategoricalDistribution],
-        seen: set[Config],
-    ) -> Config | None:
-        if self._pool is not None:
-            fresh = [c for c in self._pool if c not in seen]
-            return fresh[int(self._rng.integers(len(fresh)))] if fresh else None
-        fresh = [c for c in self._random_configs(base, dists) if c not in seen]
-        return fresh[0] if fresh else None
 
     def _model(
         self,
@@ -519,19 +372,6 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
         per_tree = np.stack([tree.predict(xc) for tree in forest.estimators_])
         return _Fit(candidates, per_tree.mean(axis=0), np.maximum(per_tree.std(axis=0), 1e-9))
 
-    def _candidates(
-        self,
-        base: Mapping[str, Any],
-        dists: Mapping[str, CategoricalDistribution],
-        seen: set[Config],
-        observed: list[tuple[Config, float]],
-    ) -> list[Config]:
-        """The unseen configurations a model step chooses from."""
-        if self._pool is not None:
-            return [c for c in self._pool if c not in seen]
-        pool = self._random_configs(base, dists) + self._neighbours(base, dists, observed)
-        return list(dict.fromkeys(c for c in pool if c not in seen))
-
     def _gp_model(
         self,
         dists: Mapping[str, CategoricalDistribution],
@@ -554,7 +394,7 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
         y = _log_times(observed)
         if self._gp_fit_due(n):
             if others:  # the study's other workers see that this fit began
-                self._publish(_FITTING_ATTR, n=n)
+                self._publish(FITTING_ATTR, n=n)
             subset = (
                 np.sort(self._rng.choice(n, self._gp_fit_max, replace=False))
                 if n > self._gp_fit_max
@@ -562,12 +402,13 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
             )
             self._gp_theta = GaussianProcess(x[subset], y[subset], rng=self._rng).theta
             self._gp_theta_n = n
-            self._publish_theta()
+            self._publish(THETA_ATTR, n=n, theta=self._gp_theta.tolist())
             self.gp_fits.append(len(subset))
         # Without hyperparameters and no fit due, the step was the forest's (_propose).
         assert self._gp_theta is not None
-        if self._pool is None:
-            if self._reuse_draws and self._drawn_fit is not None:
+        listed = self.pool.listed
+        if listed is None:
+            if self.pool.reuse_draws and self._drawn_fit is not None:
                 return self._drawn_fit  # a batch's: the same evaluations, pool and theta
             pool = candidates()
             if not pool:
@@ -582,13 +423,13 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
         # whichever are new to it, in its own order of the evaluations.
         order = _extension(known, configs) if post is not None else None
         if post is None or post.theta is not self._gp_theta or order is None:
-            post = PooledPosterior(self._gp_theta, unit_features(self._names, dists, self._pool))
+            post = PooledPosterior(self._gp_theta, unit_features(self._names, dists, listed))
             self._posterior, known, order = post, [], list(range(n))
             self.gp_conditioned_afresh += 1
         post.add(x[order[len(known) :]])
         self._posterior_configs = [configs[i] for i in order]
         mean, std = post.predict(y[order])
-        return _Fit(self._pool, mean, np.maximum(std, 1e-9))
+        return _Fit(listed, mean, np.maximum(std, 1e-9))
 
     def _best_by(
         self,
@@ -615,7 +456,7 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
             incumbent = min(observed, key=lambda o: o[1] if math.isfinite(o[1]) else math.inf)[0]
             # Membership in the incumbent's one-field changes: a set lookup per candidate, where
             # comparing every candidate field by field took 5 of 37 s of a 300-evaluation replay.
-            changes = set(self._one_field_changes(dists, incumbent))
+            changes = set(self.pool.one_field_changes(dists, incumbent))
             near = np.fromiter(
                 (c in changes for c in fit.candidates), dtype=bool, count=len(fit.candidates)
             )
@@ -626,17 +467,6 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
             score = parzen_scores(self._names, dists, fit.candidates, observed, self._good_fraction)
         score = np.where(fresh, score, -np.inf)
         return fit.candidates[int(np.argmax(score))]
-
-    def _one_field_changes(
-        self, dists: Mapping[str, CategoricalDistribution], config: Config
-    ) -> list[Config]:
-        """Every configuration that differs from ``config`` in one field, field by field."""
-        return [
-            (*config[:i], value, *config[i + 1 :])
-            for i, n in enumerate(self._names)
-            for value in dists[n].choices
-            if value != config[i]
-        ]
 
 
 def _extension(known: Sequence[Config], configs: Sequence[Config]) -> list[int] | None:

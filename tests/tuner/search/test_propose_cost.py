@@ -75,7 +75,7 @@ def test_a_drawn_pool_stays_its_size(tmp_path: Path) -> None:
     unlisted = SearchSpace(known.distributions, feasible=known.feasible)
     sampler = SurrogateSampler(space=unlisted, seed=1, pool_size=64, enumerate_limit=10)
     replay_search(space, sampler, budget=40)
-    assert sampler._random_cache is not None and len(sampler._random_cache) <= 64
+    assert sampler.pool.drawn is not None and len(sampler.pool.drawn) <= 64
 
 
 def test_a_drawn_pool_fills_an_eighth_per_proposal(tmp_path: Path) -> None:
@@ -101,8 +101,8 @@ def test_a_drawn_pool_fills_an_eighth_per_proposal(tmp_path: Path) -> None:
         trial = study.ask(dict(known.distributions))
         per_ask.append(screened[0])
         study.tell(trial, 1.0 + trial.number)
-        assert sampler._random_cache is not None
-        sizes.append(len(sampler._random_cache))
+        assert sampler.pool.drawn is not None
+        sizes.append(len(sampler.pool.drawn))
     assert 0 < per_ask[0] <= 4 * 64 // 8
     assert max(per_ask) <= 4 * 64 // 8
     assert sizes == sorted(sizes) and sizes[0] <= 64 // 8 < sizes[-1] <= 64

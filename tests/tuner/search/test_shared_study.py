@@ -15,7 +15,8 @@ from optuna.trial import TrialState
 from tests.tuner.search.bowl import bowl_space
 from tilewise.search import ReplaySpace, replay_search
 from tilewise.search._bench import search_space_of
-from tilewise.search._surrogate import _FITTING_ATTR, SurrogateSampler, _extension
+from tilewise.search._shared_study import FITTING_ATTR
+from tilewise.search._surrogate import SurrogateSampler, _extension
 
 
 def _config(trial: optuna.trial.FrozenTrial | optuna.Trial) -> tuple[int, ...]:
@@ -194,7 +195,7 @@ def _fit_begun_elsewhere(study: optuna.Study, space: ReplaySpace, n: int) -> opt
     (its hyperparameters not published yet)."""
     trial = study.ask(space.distributions)
     study._storage.set_trial_system_attr(
-        trial._trial_id, _FITTING_ATTR, {"n": n, "names": ["a", "b", "c"]}
+        trial._trial_id, FITTING_ATTR, {"n": n, "names": ["a", "b", "c"]}
     )
     return trial
 
@@ -219,7 +220,7 @@ def test_a_gp_fit_another_worker_began_is_not_made_again(tmp_path: Path) -> None
         _tell(random, space, random.ask(space.distributions))
     trial = mine.ask(space.distributions)
     assert fresh.gp_fits == [23]
-    assert mine.trials[trial.number].system_attrs[_FITTING_ATTR]["n"] == 23
+    assert mine.trials[trial.number].system_attrs[FITTING_ATTR]["n"] == 23
     _tell(mine, space, trial)
     _tell(random, space, other)
     # A worker with hyperparameters keeps them while another's fit for this growth runs.
@@ -239,7 +240,7 @@ def test_alone_a_gp_fit_says_nothing_to_the_study(tmp_path: Path) -> None:
     for _ in range(30):
         _tell(study, space, study.ask(space.distributions))
     assert len(sampler.gp_fits) >= 5
-    assert not any(_FITTING_ATTR in t.system_attrs for t in study.trials)
+    assert not any(FITTING_ATTR in t.system_attrs for t in study.trials)
 
 
 def test_the_extension_order_keeps_the_known_first() -> None:
