@@ -53,9 +53,9 @@ def single_core(extent: int, cores: int) -> tuple[int, ...]:
 
 @lru_cache(maxsize=4096)
 def _pieces(blocks: int, cores: int) -> tuple[tuple[tuple[int, int], ...], tuple[int, ...]]:
-    """The core splits of an extent of ``blocks`` blocks of 16 (all a split reads of it: a
-    split of ``s`` cores gives each ``16 * ceil(blocks / s)`` and takes ``ceil(blocks / that
-    many blocks)`` cores, as for the extent itself).
+    """The core splits of an extent of ``blocks`` blocks of 16 elements, all that a split
+    depends on: over ``s`` cores it gives each core ``16 * ceil(blocks / s)`` elements and
+    takes ``ceil(blocks / ceil(blocks / s))`` cores, as the extent itself split would.
 
     Returns (per-core extent, cores it takes) of each of ``single_core``, in ascending order of
     the extent, and per core count ``c`` up to ``cores`` the index of the first of them taking
