@@ -440,3 +440,33 @@ def test_a_claim_of_a_worker_without_a_heartbeat_is_not_in_flight(db: store.Stor
         assert store.claim_tiling(s, claimant="alive/2", **claim, **live)
         assert not store.claim_tiling(s, claimant="alive/3", **claim, **live)
         assert store.claims_in_flight(s, workload_id=job.workload_id, **live) == 2
+
+
+def test_a_worker_starting_on_a_workload_again_ends_its_abandoned_claims(
+    db: store.Store, settings: Settings
+) -> None:
+    """A worker whose database went away mid-evaluation keeps heartbeating once it is back, so
+    its abandoned claim stays live by the claim rule: its next attempt at the job ends it
+    (else the tiling and the job's budget wait an evaluation's bound), and leaves another
+    worker's claim alone."""
+    job = queue_job(db, budget=3)
+    now = utcnow()
+    live = {"since": now - timedelta(hours=1), "alive_since": now - timedelta(seconds=60)}
+    mine, theirs = tilings(2)
+    with db.session() as s:
+        for worker in ("w", "other"):
+            store.heartbeat_worker(s, worker_id=worker, host="h", pid=1, target="cpu-twin")
+        for worker, tiling in (("w", mine), ("other", theirs)):
+            assert store.claim_tiling(
+                s,
+                workload_id=job.workload_id,
+                tiling_key=tiling.key(),
+                claimant=f"{worker}/abandoned",
+                worker_id=worker,
+                **live,
+            )
+    tuner = make_tuner(db, settings, FakeBackend(), JobTag(job.id, "w", budget_evals=3))
+    assert tuner.claim(mine) and mine.key() not in tuner.elsewhere
+    assert not tuner.claim(theirs) and theirs.key() in tuner.elsewhere
+    with db.session() as s:
+        assert store.claims_in_flight(s, workload_id=job.workload_id, **live) == 2

@@ -112,6 +112,10 @@ class Evaluator(Measurer):
         self.toolchain = backend.toolchain(target)
         with db.session() as s:
             self.workload_id = store.commit_workload(s, self.workload).id
+            if job is not None:
+                store.release_worker_claims(
+                    s, workload_id=self.workload_id, worker_id=job.worker_id
+                )
             self.seen: dict[str, Outcome] = {
                 r.tiling_key: outcome_of(r)
                 for r in store.records_for(s, workload_id=self.workload_id)

@@ -44,7 +44,12 @@ from tilewise.store._batches import (
     get_batch,
     list_batches,
 )
-from tilewise.store._claims import claim_tiling, claims_in_flight, release_claim
+from tilewise.store._claims import (
+    claim_tiling,
+    claims_in_flight,
+    release_claim,
+    release_worker_claims,
+)
 from tilewise.store._engine import (
     VERSION_TABLE,
     Store,
@@ -179,6 +184,7 @@ __all__ = [
     "records_for",
     "release_claim",
     "release_job",
+    "release_worker_claims",
     "renew_assist",
     "renew_lease",
     "safe_url",

@@ -81,6 +81,23 @@ def claim_tiling(
     return rowcount(result) == 1
 
 
+def release_worker_claims(session: Session, *, workload_id: int, worker_id: str) -> int:
+    """End the claims of the workload that the worker ``worker_id`` holds: a worker evaluates
+    one tiling at a time, so when it starts on a workload again its earlier claims there are of
+    evaluations it abandoned (its database connection lost mid-trial, the job handed back).
+    Live by :func:`claim_tiling`'s rule (its heartbeat goes on), they would otherwise hold
+    their tilings, and the job's budget, for an evaluation's bound. The number ended."""
+    result = session.execute(
+        delete(TilingClaimModel)
+        .where(
+            TilingClaimModel.workload_id == workload_id,
+            TilingClaimModel.worker_id == worker_id,
+        )
+        .execution_options(synchronize_session=False)
+    )
+    return rowcount(result)
+
+
 def release_claim(session: Session, *, workload_id: int, tiling_key: str, claimant: str) -> None:
     """End ``claimant``'s claim of a tiling: in the transaction that adds its record, or when
     its evaluation failed without one (another worker may claim it at once)."""
