@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 from optuna.distributions import CategoricalDistribution
 
+from tilewise.search._features import Config
 from tilewise.search._space import SearchSpace
 
-Config = tuple[Any, ...]
 Dists = Mapping[str, CategoricalDistribution]
 
 

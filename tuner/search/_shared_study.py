@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 from optuna.study import Study
 from optuna.trial import FrozenTrial, TrialState
 
-from tilewise.search._pool import Config
+from tilewise.search._features import Config
 
 #: The trial system attribute that holds the GP hyperparameters fitted when it was proposed.
 THETA_ATTR = "tilewise:gp_theta"

@@ -76,9 +76,9 @@ from optuna.trial import FrozenTrial, TrialState
 from threadpoolctl import ThreadpoolController
 
 from tilewise.search._bandit import AcquisitionBandit
-from tilewise.search._features import forest_features, parzen_scores, unit_features
+from tilewise.search._features import Config, forest_features, parzen_scores, unit_features
 from tilewise.search._gp import GaussianProcess, PooledPosterior
-from tilewise.search._pool import CandidatePool, Config
+from tilewise.search._pool import CandidatePool
 from tilewise.search._shared_study import FITTING_ATTR, THETA_ATTR, publish, read_history
 from tilewise.search._space import SearchSpace
 
@@ -171,9 +171,13 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
         self._fit_begun_at = 0  # the most evaluations a GP fit in the study began for
         self._model_steps = 0  # proposals made from the model, which pick the acquisition
         self._fit: _Fit | None = None
-        self._names: tuple[str, ...] = ()
         self._fitted_at = -1
         self._fit_reused = False  # the forest's fit served a step it was stale for (shared)
+
+    @property
+    def _names(self) -> tuple[str, ...]:
+        """The searched fields of the current space, in order (the pool's)."""
+        return self.pool.names
 
     # -- Optuna's sampler contract -----------------------------------------------------------
     def infer_relative_search_space(
@@ -197,7 +201,7 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
             return {}
         names = tuple(sorted(dists))
         if names != self._names:
-            self._names, self._fit, self._fitted_at = names, None, -1
+            self._fit, self._fitted_at = None, -1
             self._gp_theta, self._posterior = None, None
             self.pool.reset(names)  # configurations of another space
         if set(names) <= set(trial.system_attrs.get("fixed_params") or ()):
