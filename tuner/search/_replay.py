@@ -97,10 +97,15 @@ class ReplaySpace:
                 time_ms = float(row[-1])
             except ValueError:
                 time_ms = math.nan
-            # NaN is no time (inf is a failed configuration): it came out as `NaN` in --json,
-            # which is not JSON (found by the CLI fuzz test).
+            # NaN is no time (inf is a failed configuration), and a time of 0 or less leaves
+            # "within 5% of the optimum" without a meaning.
             if math.isnan(time_ms):
                 raise InputError(f"replay: {self.path}:{line}: bad time {row[-1]!r}")
+            if time_ms <= 0:
+                raise InputError(
+                    f"replay: {self.path}:{line}: time {row[-1]!r} is not positive "
+                    "(a time in ms > 0, or inf for a configuration that failed)"
+                )
             self._times[config] = time_ms
         if not self._times:
             raise InputError(f"replay: {self.path} has no configurations")

@@ -71,6 +71,10 @@ def test_bad_files_are_input_errors(tmp_path: Path) -> None:
     (tmp_path / "ragged.csv").write_text("a,time_ms\n1,2,3\n")
     with pytest.raises(InputError, match=":2"):
         ReplaySpace(tmp_path / "ragged.csv")
+    for bad in ("0", "-1.5", "-inf"):
+        (tmp_path / "zero.csv").write_text(f"a,time_ms\n1,2.0\n2,{bad}\n")
+        with pytest.raises(InputError, match=f"zero.csv:3: time '{bad}' is not positive"):
+            ReplaySpace(tmp_path / "zero.csv")
 
 
 @pytest.mark.parametrize("strategy", ["random", "tpe", "default"])
