@@ -32,15 +32,18 @@ def forest_features(
         choices = dists[n].choices
         numeric = all(isinstance(v, int | float) and not isinstance(v, bool) for v in choices)
         index = {v: k for k, v in enumerate(choices)}
-        column = np.array([float(c[i]) if numeric else float(index[c[i]]) for c in configs])
-        columns.append(column)
+        values = [c[i] for c in configs]
+        columns.append(np.array(values if numeric else [index[v] for v in values], dtype=float))
         positive = all(isinstance(v, int | float) and v > 0 for v in choices)
         if pairs and numeric and positive and len(choices) > 2:
             sizes.append(len(columns) - 1)
         if align and numeric and len(choices) > 2 and not _all_powers_of_two(choices):
             # Alignment (the largest power of two dividing a size) decides vector widths,
             # coalescing and bank conflicts; from the raw value it takes many splits.
-            columns.append(np.array([_alignment(c[i]) for c in configs], dtype=float))
+            # Per distinct value, not per configuration: a listed pool repeats each value
+            # thousands of times.
+            known = {v: _alignment(v) for v in set(values)}
+            columns.append(np.array([known[v] for v in values], dtype=float))
     if pairs:
         # Tile sizes act through their products and ratios (threads per block, elements
         # per thread ...), which axis-aligned splits on single fields approximate badly.
@@ -64,7 +67,7 @@ def unit_features(
             for choice in choices:
                 columns.append(np.array([float(c[i] == choice) for c in configs]))
             continue
-        values = np.array([float(c[i]) for c in configs])
+        values = np.array([c[i] for c in configs], dtype=float)
         lo, hi = min(numbers), max(numbers)
         if lo > 0 and len(numbers) > 2:
             values, lo, hi = np.log2(values), math.log2(lo), math.log2(hi)

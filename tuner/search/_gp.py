@@ -15,6 +15,7 @@ Pure numpy/scipy: a few hundred observations and tens of thousands of candidates
 from __future__ import annotations
 
 import math
+from collections.abc import Hashable, Sequence
 
 import numpy as np
 from scipy.linalg import cho_factor, cho_solve, solve_triangular
@@ -214,3 +215,20 @@ class PooledPosterior:
         mean = self._v[: len(w)].T @ w
         var = np.maximum(self._signal - self._vsq, 1e-12)
         return mean * sd + mu, np.sqrt(var) * sd
+
+
+def extension_order(known: Sequence[Hashable], configs: Sequence[Hashable]) -> list[int] | None:
+    """Positions in ``configs`` in the order of a posterior conditioned on ``known`` and then
+    extended to all of them: ``known``'s (in its order), then the rest (in theirs); None when
+    ``configs`` does not hold every one of ``known``, as many times."""
+    where: dict[Hashable, list[int]] = {}
+    for i, config in enumerate(configs):
+        where.setdefault(config, []).append(i)
+    order = []
+    for config in known:
+        positions = where.get(config)
+        if not positions:
+            return None
+        order.append(positions.pop(0))
+    taken = set(order)
+    return order + [i for i in range(len(configs)) if i not in taken]

@@ -50,10 +50,12 @@ class CandidatePool:
         self.drawn: list[Config] | None = None
         #: A batch's later proposals choose from the draws its first made (no fresh draws).
         self.reuse_draws = False
+        self._pool_codes: tuple[list[Config], np.ndarray, list[list[Any]]] | None = None
 
     def reset(self, names: tuple[str, ...]) -> None:
         """Start over for the space of ``names``: nothing listed or drawn yet."""
         self.names, self.listed, self._listed_ready, self.drawn = names, None, False, None
+        self._pool_codes = None
 
     def prepare(self, base: Mapping[str, Any], dists: Dists) -> None:
         """List the feasible set once per space, where it can be listed."""
@@ -146,14 +148,35 @@ class CandidatePool:
         field's values, within the feasible configurations), so that the first models see
         every field at several values."""
         pool = self.listed if self.listed is not None else self.draw(base, dists)
-        fresh = [c for c in pool if c not in seen]
-        if not fresh:
+        unseen = np.fromiter((c not in seen for c in pool), dtype=bool, count=len(pool))
+        if not unseen.any():
             return None
-        counts = [Counter(c[i] for c in seen) for i in range(len(self.names))]
-        least = [min(counts[i][c[i]] for c in fresh) for i in range(len(self.names))]
-        score = np.array([sum(counts[i][v] == least[i] for i, v in enumerate(c)) for c in fresh])
+        # Per field, how often each candidate's value was used so far, as arrays over the
+        # pool's value codes: a listed pool can hold 100,000 configurations.
+        codes, values = self._codes(pool)
+        used = np.empty(codes.shape, dtype=np.int64)
+        for i in range(len(self.names)):
+            counts = Counter(c[i] for c in seen)
+            used[:, i] = np.array([counts[v] for v in values[i]], dtype=np.int64)[codes[:, i]]
+        used = used[unseen]
+        score = (used == used.min(axis=0)).sum(axis=1)
         top = np.flatnonzero(score == score.max())
-        return fresh[int(top[self._rng.integers(len(top))])]
+        return pool[int(np.flatnonzero(unseen)[top[self._rng.integers(len(top))]])]
+
+    def _codes(self, pool: list[Config]) -> tuple[np.ndarray, list[list[Any]]]:
+        """Each field of ``pool`` as indices into that field's distinct values; a listed
+        pool's are kept."""
+        if self._pool_codes is not None and self._pool_codes[0] is pool:
+            return self._pool_codes[1], self._pool_codes[2]
+        values: list[list[Any]] = []
+        codes = np.empty((len(pool), len(self.names)), dtype=np.int64)
+        for i in range(len(self.names)):
+            index: dict[Any, int] = {}
+            codes[:, i] = [index.setdefault(c[i], len(index)) for c in pool]
+            values.append(list(index))
+        if pool is self.listed:
+            self._pool_codes = (pool, codes, values)
+        return codes, values
 
     def uniform(self, base: Mapping[str, Any], dists: Dists, seen: set[Config]) -> Config | None:
         """An unseen candidate drawn uniformly (of a drawn pool: its first unseen draw)."""

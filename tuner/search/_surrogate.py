@@ -63,9 +63,11 @@ README's search section has them, and the spread start-up's and the bandit's com
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -77,7 +79,7 @@ from threadpoolctl import ThreadpoolController
 
 from tilewise.search._bandit import AcquisitionBandit
 from tilewise.search._features import Config, forest_features, parzen_scores, unit_features
-from tilewise.search._gp import GaussianProcess, PooledPosterior
+from tilewise.search._gp import GaussianProcess, PooledPosterior, extension_order
 from tilewise.search._pool import CandidatePool
 from tilewise.search._shared_study import FITTING_ATTR, THETA_ATTR, publish, read_history
 from tilewise.search._space import SearchSpace
@@ -143,7 +145,7 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
             enumerate_limit=enumerate_limit,
             local_top=local_top,
         )
-        self._pairs, self._align = pairs, align
+        self._forest_features = partial(forest_features, pairs=pairs, align=align)
         self._max_features, self._min_leaf = max_features, min_leaf
         self._acquisitions, self._good_fraction = tuple(acquisitions), good_fraction
         self._gp_refit_growth = gp_refit_growth
@@ -171,6 +173,7 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
         self._fit_begun_at = 0  # the most evaluations a GP fit in the study began for
         self._model_steps = 0  # proposals made from the model, which pick the acquisition
         self._fit: _Fit | None = None
+        self._listed_features: tuple[list[Config], np.ndarray] | None = None
         self._fitted_at = -1
         self._fit_reused = False  # the forest's fit served a step it was stale for (shared)
 
@@ -313,8 +316,8 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
             acquisition = acquisition.removeprefix("gp-")
         else:
             if self._fit is None or self._refit_forest(n, others):
-                candidates = self.pool.candidates(base, dists, seen, observed)
-                self._fit = self._model(dists, candidates, observed)
+                candidates, features = self._forest_candidates(base, dists, seen, observed)
+                self._fit = self._model(dists, candidates, features, observed)
                 self._fitted_at, self._fit_reused = n, False
                 self.forest_fits.append(n)
             fit = self._fit
@@ -350,20 +353,38 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
             return n * len(self.pool.listed) <= self._gp_max_entries
         return n <= 1000
 
+    def _forest_candidates(
+        self,
+        base: Mapping[str, Any],
+        dists: Mapping[str, CategoricalDistribution],
+        seen: set[Config],
+        observed: list[tuple[Config, float]],
+    ) -> tuple[list[Config], np.ndarray]:
+        """A forest step's candidates and their features, a listed pool's computed once per
+        space (a recorded space can list 100,000 configurations)."""
+        listed = self.pool.listed
+        if listed is None:
+            candidates = self.pool.candidates(base, dists, seen, observed)
+            return candidates, self._forest_features(self._names, dists, candidates)
+        if self._listed_features is None or self._listed_features[0] is not listed:
+            self._listed_features = (listed, self._forest_features(self._names, dists, listed))
+        unseen = np.fromiter((c not in seen for c in listed), dtype=bool, count=len(listed))
+        return list(itertools.compress(listed, unseen)), self._listed_features[1][unseen]
+
     def _model(
         self,
         dists: Mapping[str, CategoricalDistribution],
         candidates: list[Config],
+        features: np.ndarray,
         observed: list[tuple[Config, float]],
     ) -> _Fit:
-        """The forest's prediction (mean and spread of log time) for every candidate."""
+        """The forest's prediction (mean and spread of log time) for every candidate, whose
+        ``features`` are given."""
         from sklearn.ensemble import RandomForestRegressor
 
         if not candidates:
             return _Fit([], np.empty(0), np.empty(0))
-        x = forest_features(
-            self._names, dists, [c for c, _ in observed], pairs=self._pairs, align=self._align
-        )
+        x = self._forest_features(self._names, dists, [c for c, _ in observed])
         y = _log_times(observed)
         forest = RandomForestRegressor(
             bootstrap=True,
@@ -372,8 +393,7 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
             min_samples_leaf=self._min_leaf,
             random_state=int(self._rng.integers(2**31)),
         ).fit(x, y)
-        xc = forest_features(self._names, dists, candidates, pairs=self._pairs, align=self._align)
-        per_tree = np.stack([tree.predict(xc) for tree in forest.estimators_])
+        per_tree = np.stack([tree.predict(features) for tree in forest.estimators_])
         return _Fit(candidates, per_tree.mean(axis=0), np.maximum(per_tree.std(axis=0), 1e-9))
 
     def _gp_model(
@@ -425,7 +445,7 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
         post, known = self._posterior, self._posterior_configs
         # Evaluations of a shared study complete out of order: the posterior is extended by
         # whichever are new to it, in its own order of the evaluations.
-        order = _extension(known, configs) if post is not None else None
+        order = extension_order(known, configs) if post is not None else None
         if post is None or post.theta is not self._gp_theta or order is None:
             post = PooledPosterior(self._gp_theta, unit_features(self._names, dists, listed))
             self._posterior, known, order = post, [], list(range(n))
@@ -471,23 +491,6 @@ class SurrogateSampler(optuna.samplers.BaseSampler):
             score = parzen_scores(self._names, dists, fit.candidates, observed, self._good_fraction)
         score = np.where(fresh, score, -np.inf)
         return fit.candidates[int(np.argmax(score))]
-
-
-def _extension(known: Sequence[Config], configs: Sequence[Config]) -> list[int] | None:
-    """Positions in ``configs`` in the order of a posterior conditioned on ``known`` and then
-    extended to all of them: ``known``'s (in its order), then the rest (in theirs); None when
-    ``configs`` does not hold every one of ``known``, as many times."""
-    where: dict[Config, list[int]] = {}
-    for i, config in enumerate(configs):
-        where.setdefault(config, []).append(i)
-    order = []
-    for config in known:
-        positions = where.get(config)
-        if not positions:
-            return None
-        order.append(positions.pop(0))
-    taken = set(order)
-    return order + [i for i in range(len(configs)) if i not in taken]
 
 
 def _log_times(observed: Sequence[tuple[Config, float]]) -> np.ndarray:

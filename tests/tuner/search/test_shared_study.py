@@ -15,8 +15,9 @@ from optuna.trial import TrialState
 from tests.tuner.search.bowl import bowl_space
 from tilewise.search import ReplaySpace, replay_search
 from tilewise.search._bench import search_space_of
+from tilewise.search._gp import extension_order
 from tilewise.search._shared_study import FITTING_ATTR
-from tilewise.search._surrogate import SurrogateSampler, _extension
+from tilewise.search._surrogate import SurrogateSampler
 
 
 def _config(trial: optuna.trial.FrozenTrial | optuna.Trial) -> tuple[int, ...]:
@@ -245,8 +246,8 @@ def test_alone_a_gp_fit_says_nothing_to_the_study(tmp_path: Path) -> None:
 
 def test_the_extension_order_keeps_the_known_first() -> None:
     a, b, c, d = (1,), (2,), (3,), (4,)
-    assert _extension([b, a], [a, b, c]) == [1, 0, 2]
-    assert _extension([a, a], [a, c, a, d]) == [0, 2, 1, 3]
-    assert _extension([], [c, d]) == [0, 1]
-    assert _extension([d], [a, b]) is None
-    assert _extension([a, a], [a, b]) is None
+    assert extension_order([b, a], [a, b, c]) == [1, 0, 2]
+    assert extension_order([a, a], [a, c, a, d]) == [0, 2, 1, 3]
+    assert extension_order([], [c, d]) == [0, 1]
+    assert extension_order([d], [a, b]) is None
+    assert extension_order([a, a], [a, b]) is None
