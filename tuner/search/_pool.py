@@ -2,7 +2,8 @@
 
 Only feasible configurations never proposed before: the whole feasible set when it can be
 listed (a recorded space, or a product of the domains small enough to filter with
-``feasible``), otherwise random feasible draws plus every one-field change of the best
+``feasible``) and holds at most ``enumerate_limit`` configurations, otherwise random feasible
+draws (from the list where there is one) plus every one-field change of the best
 configurations so far (a local search around the incumbents). The start-up proposals are drawn
 from it too, uniformly or spread over each field's values.
 """
@@ -45,6 +46,8 @@ class CandidatePool:
         self.names: tuple[str, ...] = ()
         #: The whole feasible set when it could be listed, else None (drawn instead).
         self.listed: list[Config] | None = None
+        #: A feasible set listed but too large to score whole: draws come from it.
+        self._source: list[Config] | None = None
         self._listed_ready = False
         #: The newest ``pool_size`` random draws of a space too large to list.
         self.drawn: list[Config] | None = None
@@ -55,6 +58,7 @@ class CandidatePool:
     def reset(self, names: tuple[str, ...]) -> None:
         """Start over for the space of ``names``: nothing listed or drawn yet."""
         self.names, self.listed, self._listed_ready, self.drawn = names, None, False, None
+        self._source = None
         self._pool_codes = None
 
     def prepare(self, base: Mapping[str, Any], dists: Dists) -> None:
@@ -72,11 +76,17 @@ class CandidatePool:
     def _list(self, base: Mapping[str, Any], dists: Dists) -> list[Config] | None:
         if self._space is not None and self._space.candidates is not None:
             allowed = {n: set(d.choices) for n, d in dists.items()}
-            return [
+            listed = [
                 tuple(c[n] for n in self.names)
                 for c in self._space.candidates()
                 if all(c.get(n) in allowed[n] for n in self.names)
             ]
+            if len(listed) <= self._enumerate_limit:
+                return listed
+            # Scoring every configuration at every step costs a proposal seconds on a space
+            # of millions; drawn from, it costs what a product space's pool does.
+            self._source = listed
+            return None
         size = math.prod(len(dists[n].choices) for n in self.names)
         if size > self._enumerate_limit:
             return None
@@ -84,7 +94,7 @@ class CandidatePool:
         return [c for c in product if self.feasible(base, c)]
 
     def draw(self, base: Mapping[str, Any], dists: Dists) -> list[Config]:
-        """Random feasible configurations of a space too large to list.
+        """Random feasible configurations of a space too large to list or to score whole.
 
         Each call draws up to an eighth of ``pool_size`` fresh ones and keeps the newest
         ``pool_size``: the pool fills over the first eight proposals (start-up draws, which
@@ -96,14 +106,17 @@ class CandidatePool:
         if self.reuse_draws and self.drawn is not None:
             return self.drawn
         wanted = max(1, self._pool_size // 8)
-        draws = [self._rng.integers(len(dists[n].choices), size=4 * wanted) for n in self.names]
         found: list[Config] = []
-        for row in zip(*draws, strict=True):
-            config = tuple(dists[n].choices[i] for n, i in zip(self.names, row, strict=True))
-            if self.feasible(base, config):
-                found.append(config)
-                if len(found) >= wanted:
-                    break
+        if self._source is not None:
+            found = [self._source[i] for i in self._rng.integers(len(self._source), size=wanted)]
+        else:
+            draws = [self._rng.integers(len(dists[n].choices), size=4 * wanted) for n in self.names]
+            for row in zip(*draws, strict=True):
+                config = tuple(dists[n].choices[i] for n, i in zip(self.names, row, strict=True))
+                if self.feasible(base, config):
+                    found.append(config)
+                    if len(found) >= wanted:
+                        break
         # The newest ``pool_size`` only: a pool that grew with every proposal made each model
         # step (and each forest prediction) dearer the longer the search ran.
         merged = list(dict.fromkeys([*(self.drawn or []), *found]))

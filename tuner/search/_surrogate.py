@@ -34,8 +34,8 @@ space).
   a fit serves two of its steps); the GP's hyperparameters each time the evaluations grew by
   ``gp_refit_growth``, on at most ``gp_fit_max`` of them; in between, the GP's posterior over
   a listed pool is extended by the new evaluations (O(n) per candidate, not O(n^2)); past
-  ``gp_max_entries`` numbers in that posterior the forest takes the GP's turns; a drawn pool
-  stays ``pool_size`` draws plus the incumbents' neighbours. Linear algebra runs on one BLAS thread.
+  ``gp_max_entries`` numbers in that posterior the forest takes the GP's turns; a drawn pool (over
+  ``enumerate_limit`` configurations) stays ``pool_size`` draws plus the incumbents' neighbours.
 * In a study several workers share (a job's holder and its assistants, each with its own
   sampler), the GP's hyperparameters are fitted for the study: each fit is kept on the trial
   it was made for (``tilewise.search._shared_study``), and a worker takes the ones fitted to

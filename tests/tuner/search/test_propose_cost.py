@@ -3,6 +3,7 @@ strategy's work per proposal bounded however many evaluations the study holds.""
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping
 from pathlib import Path
@@ -12,7 +13,7 @@ import optuna
 import pytest
 
 from tests.tuner.search.bowl import bowl_space
-from tilewise.search import replay_search
+from tilewise.search import ReplaySpace, replay_search
 from tilewise.search._bench import run_strategies, search_space_of, summarize
 from tilewise.search._space import SearchSpace
 from tilewise.search._surrogate import SurrogateSampler
@@ -138,3 +139,29 @@ def test_the_default_start_spreads_every_fields_values(tmp_path: Path) -> None:
             study.tell(trial, space.evaluate(trial.params).time_ms)
         for name, distinct in (("a", 5), ("b", 5), ("c", 3)):
             assert len({t.params[name] for t in study.trials}) == distinct, (seed, name)
+
+
+def test_a_recorded_space_past_the_listing_limit_is_drawn_from_its_rows(tmp_path: Path) -> None:
+    """A recorded space of more configurations than ``enumerate_limit`` is not scored whole at
+    every step: the pool is drawn from its rows (none of them outside the space), as for a
+    space too large to list, and the search still works."""
+    lines = ["a,b,c,time_ms"]
+    for a, b, c in itertools.product(range(1, 13), range(1, 13), (1, 2, 4)):
+        if (a + b) % 2 == 0:  # half the product: a uniform draw of the product is often no row
+            lines.append(f"{a},{b},{c},{1.0 + (a - 7) ** 2 + 0.5 * (b - 3) ** 2 + 0.1 * c}")
+    (tmp_path / "half.csv").write_text("\n".join(lines) + "\n")
+    space = ReplaySpace(tmp_path / "half.csv")
+    rows = {tuple(c.values()) for c in space.candidates()}
+    listed = SurrogateSampler(space=search_space_of(space), seed=2, enumerate_limit=len(rows))
+    replay_search(space, listed, budget=12)
+    assert listed.pool.listed is not None and len(listed.pool.listed) == len(rows)
+
+    space = ReplaySpace(tmp_path / "half.csv")
+    drawn = SurrogateSampler(
+        space=search_space_of(space), seed=2, pool_size=64, enumerate_limit=len(rows) - 1
+    )
+    run = replay_search(space, drawn, budget=60)
+    assert drawn.pool.listed is None
+    assert drawn.pool.drawn and set(drawn.pool.drawn) <= rows
+    assert space.infeasible == 0 and space.evaluations == len(run.best_after) <= 60
+    assert run.best_ms is not None and run.best_ms <= 1.05 * space.optimum_ms
