@@ -144,7 +144,13 @@ def search(
             "--strategy", help="Strategy to run (repeatable); default: random, tpe, default."
         ),
     ] = None,
-    budget: Annotated[int, typer.Option(help="Evaluations per run.")] = 200,
+    budget: Annotated[
+        str,
+        typer.Option(
+            help="Evaluations per run, or auto: the benchmark's rule, max(200, ceil(E/5) + 50) "
+            "with E random search's expected draws to 5% of the optimum."
+        ),
+    ] = "200",
     seeds: Annotated[int, typer.Option(help="Runs per strategy (seeds 0..N-1).")] = 10,
     first_seed: Annotated[
         int, typer.Option(help="Seed of the first run (seeds first..first+N-1).")
@@ -177,13 +183,16 @@ def search(
 
     names = list(strategy or DEFAULT_STRATEGIES)
     try:
-        if budget < 1 or seeds < 1:
-            raise InputError(f"budget and seeds must be at least 1, got {budget} and {seeds}")
+        evaluations = None if budget == "auto" else _positive(budget, "--budget")
+        if seeds < 1:
+            raise InputError(f"seeds must be at least 1, got {seeds}")
         if first_seed < 0:
             raise InputError(f"first seed must be at least 0, got {first_seed}")
         for name in names:
             make_sampler(0, strategy=name)  # unknown names and missing toolkits fail up front
         replay = ReplaySpace(space)
+        if evaluations is None:
+            evaluations = _bench.rule_budget(replay)
         warm = _bench.warm_configs(replay, ReplaySpace(warm_from)) if warm_from is not None else []
     except TilewiseError as exc:
         fail(str(exc))
@@ -194,18 +203,18 @@ def search(
     results = _bench.run_strategies(
         replay,
         strategies=names,
-        budget=budget,
+        budget=evaluations,
         seeds=range(first_seed, first_seed + seeds),
         warm_start=warm,
         on_run=show,
         stop_at_optimum=stop_at_optimum,
     )
-    report = _bench.summarize(replay, results, budget=budget)
+    report = _bench.summarize(replay, results, budget=evaluations)
     if warm_from is not None:
         report["warm_from"] = str(warm_from)
         report["warm_configs"] = warm
     if plot is not None:
-        _bench.plot(replay, results, budget=budget, path=plot)
+        _bench.plot(replay, results, budget=evaluations, path=plot)
     if as_json:
         print(json.dumps(report))
         return
@@ -215,7 +224,8 @@ def search(
 def _table(report: dict[str, Any]) -> Table:
     table = Table(
         title=f"{report['space']}: {report['configs']} configs, {report['valid']} valid, "
-        f"optimum {report['optimum_ms']:.4g} ms, budget {report['budget']}, "
+        f"optimum {report['optimum_ms']:.4g} ms, random search's expected draws to 5% "
+        f"{report['random_draws_to_5pct']:g}, budget {report['budget']}, "
         f"{report['seeds']} seeds from {report['first_seed']}"
     )
     table.add_column("strategy")
@@ -263,3 +273,14 @@ def _propose(times: dict[str, float | None]) -> str:
     if times["median_s"] is None or times["late_s"] is None:
         return "-"
     return f"{times['median_s']:.3f} ({times['late_s']:.3f})"
+
+
+def _positive(text: str, option: str) -> int:
+    """A positive integer option given as text."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise InputError(f"{option} must be a positive integer or auto, got {text!r}")
+    return value

@@ -115,6 +115,13 @@ def _best_at(run: ReplayRun, n: int) -> float:
     return run.best_after[min(n, len(run.best_after)) - 1]
 
 
+def rule_budget(space: ReplaySpace) -> int:
+    """The benchmark's budget for ``space`` (``--budget auto``): max(200, ceil(E / 5) + 50),
+    E random search's expected draws to 5% of the optimum; enough for a strategy several times
+    better than random search to reach 5% on a space where random search needs long."""
+    return max(200, math.ceil(space.random_draws_to(0.05) / 5) + 50)
+
+
 def summarize(
     space: ReplaySpace, results: Sequence[StrategyRuns], *, budget: int
 ) -> dict[str, Any]:
@@ -152,6 +159,7 @@ def summarize(
         "valid": space.valid,
         "optimum_ms": optimum,
         "budget": budget,
+        "random_draws_to_5pct": round(space.random_draws_to(0.05), 1),
         "seeds": len(results[0].runs) if results else 0,
         "first_seed": results[0].seeds[0] if results and results[0].seeds else 0,
         "strategies": strategies,

@@ -173,6 +173,11 @@ class ReplaySpace:
         bound = self.optimum_ms * (1.0 + fraction)
         return sum(1 for t in self._times.values() if t <= bound)
 
+    def random_draws_to(self, fraction: float) -> float:
+        """Uniform random search's expected draws (without replacement, a failed configuration
+        costing a draw too) to one within ``fraction`` of the optimum: (N + 1) / (g + 1)."""
+        return (self.configs + 1) / (self.within(fraction) + 1)
+
 
 def _sort_key(value: Value) -> tuple[int, float, str]:
     if isinstance(value, str):

@@ -15,7 +15,7 @@ import pytest
 
 from tilewise.errors import InputError
 from tilewise.search import ReplaySpace, make_sampler, replay_search
-from tilewise.search._bench import median_ratio, run_strategies, summarize
+from tilewise.search._bench import median_ratio, rule_budget, run_strategies, summarize
 
 ROWS = """a,b,const,time_ms
 1,10,7,5.0
@@ -264,3 +264,31 @@ def test_bench_search_reports_each_strategy_against_tpe(tmp_path: Path) -> None:
             expected = median_ratio(entry[key]["runs"], baseline[key]["runs"])
             assert entry["against_tpe"][key] == expected
             assert expected["ratio"] == round(entry[key]["median"] / baseline[key]["median"], 4)
+
+
+def test_bench_search_budget_auto_follows_the_benchmarks_rule(
+    space_file: Path, tmp_path: Path
+) -> None:
+    """max(200, ceil(E / 5) + 50), E = (N + 1) / (g + 1) random draws to 5% of the optimum:
+    2,000 configurations, one within 5% (and one failed, which still costs a draw)."""
+    path = tmp_path / "needle.csv"
+    path.write_text(
+        "x,time_ms\n0,1.0\n1,inf\n" + "".join(f"{i},{2.0 + i}\n" for i in range(2, 2000))
+    )
+    space = ReplaySpace(path)
+    assert space.random_draws_to(0.05) == 2001 / 2
+    assert rule_budget(space) == 251  # ceil(200.1) + 50
+    assert rule_budget(ReplaySpace(space_file)) == 200  # a small space: the floor
+    done = _tilewise(
+        "bench", "search", "--space", str(path), "--strategy", "random", "--seeds", "1",
+        "--budget", "auto", "--stop-at-optimum", "--json", tmp_path=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["budget"] == 251 and report["random_draws_to_5pct"] == 1000.5
+    for bad in ("0", "-3", "many"):
+        done = _tilewise(
+            "bench", "search", "--space", str(path), "--budget", bad, tmp_path=tmp_path
+        )
+        assert done.returncode == 2
+        assert f"--budget must be a positive integer or auto, got '{bad}'" in done.stderr
