@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from tilewise.cli._common import Typer, app, err, fail, out
+from tilewise.cli._common import Typer, app, err, fail, out, output_path
 from tilewise.errors import InputError, TilewiseError
 
 DEFAULT_STRATEGIES = ("random", "tpe", "default")
@@ -190,6 +190,8 @@ def search(
             raise InputError(f"first seed must be at least 0, got {first_seed}")
         for name in names:
             make_sampler(0, strategy=name)  # unknown names and missing toolkits fail up front
+        if plot is not None:
+            _check_plot_path(plot)
         replay = ReplaySpace(space)
         if evaluations is None:
             evaluations = _bench.rule_budget(replay)
@@ -213,12 +215,15 @@ def search(
     if warm_from is not None:
         report["warm_from"] = str(warm_from)
         report["warm_configs"] = warm
-    if plot is not None:
-        _bench.plot(replay, results, budget=evaluations, path=plot)
     if as_json:
-        print(json.dumps(report))
-        return
-    out.print(_table(report))
+        print(json.dumps(report), flush=True)
+    else:
+        out.print(_table(report))
+    if plot is not None:  # after the report: a plot that fails loses no result
+        try:
+            _bench.plot(replay, results, budget=evaluations, path=plot)
+        except OSError as exc:
+            fail(f"cannot write the plot {plot}: {exc.strerror or exc}")
 
 
 def _table(report: dict[str, Any]) -> Table:
@@ -284,3 +289,16 @@ def _positive(text: str, option: str) -> int:
     if value < 1:
         raise InputError(f"{option} must be a positive integer or auto, got {text!r}")
     return value
+
+
+def _check_plot_path(path: Path) -> None:
+    """Refuse a ``--plot`` file that cannot be written before any run (not after them)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    output_path(str(path))
+    formats = FigureCanvasAgg.get_supported_filetypes()
+    if path.suffix.lower().lstrip(".") not in formats:
+        raise InputError(
+            f"cannot plot to {path}: the name must end in one of "
+            f"{', '.join('.' + f for f in sorted(formats))}"
+        )

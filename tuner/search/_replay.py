@@ -89,6 +89,7 @@ class ReplaySpace:
         if len(set(self.names)) != len(self.names):
             raise InputError(f"replay: {self.path} names a tunable twice")
         self._times: dict[Config, float] = {}
+        lines: dict[Config, int] = {}
         for line, row in enumerate(rows[1:], start=2):
             if len(row) != len(self.names) + 1:
                 raise InputError(f"replay: {self.path}:{line} has {len(row)} fields")
@@ -106,9 +107,15 @@ class ReplaySpace:
                     f"replay: {self.path}:{line}: time {row[-1]!r} is not positive "
                     "(a time in ms > 0, or inf for a configuration that failed)"
                 )
-            self._times[config] = time_ms
+            if config in lines:  # which of two times is the configuration's? Not ours to pick
+                raise InputError(
+                    f"replay: {self.path}:{line} repeats the configuration of line {lines[config]}"
+                )
+            self._times[config], lines[config] = time_ms, line
         if not self._times:
             raise InputError(f"replay: {self.path} has no configurations")
+        if not any(math.isfinite(t) for t in self._times.values()):
+            raise InputError(f"replay: {self.path} has no configuration that ran (every time inf)")
         self.values: dict[str, tuple[Value, ...]] = {
             name: tuple(sorted({c[i] for c in self._times}, key=_sort_key))
             for i, name in enumerate(self.names)

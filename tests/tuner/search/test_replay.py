@@ -71,6 +71,12 @@ def test_bad_files_are_input_errors(tmp_path: Path) -> None:
     (tmp_path / "ragged.csv").write_text("a,time_ms\n1,2,3\n")
     with pytest.raises(InputError, match=":2"):
         ReplaySpace(tmp_path / "ragged.csv")
+    (tmp_path / "twice.csv").write_text("a,b,time_ms\n1,2,3.0\n2,2,1.0\n1,2,0.5\n")
+    with pytest.raises(InputError, match="twice.csv:4 repeats the configuration of line 2"):
+        ReplaySpace(tmp_path / "twice.csv")
+    (tmp_path / "failed.csv").write_text("a,time_ms\n1,inf\n2,inf\n")
+    with pytest.raises(InputError, match="no configuration that ran"):
+        ReplaySpace(tmp_path / "failed.csv")
     for bad in ("0", "-1.5", "-inf"):
         (tmp_path / "zero.csv").write_text(f"a,time_ms\n1,2.0\n2,{bad}\n")
         with pytest.raises(InputError, match=f"zero.csv:3: time '{bad}' is not positive"):
@@ -292,3 +298,18 @@ def test_bench_search_budget_auto_follows_the_benchmarks_rule(
         )
         assert done.returncode == 2
         assert f"--budget must be a positive integer or auto, got '{bad}'" in done.stderr
+
+
+def test_bench_search_refuses_a_plot_it_cannot_write_before_running(
+    space_file: Path, tmp_path: Path
+) -> None:
+    for plot, message in (
+        (tmp_path / "nodir" / "p.png", "no directory"),
+        (tmp_path / "p.txt", "the name must end in one of"),
+    ):
+        done = _tilewise(
+            "bench", "search", "--space", str(space_file), "--strategy", "random",
+            "--seeds", "1", "--budget", "3", "--plot", str(plot), "--json", tmp_path=tmp_path,
+        )  # fmt: skip
+        assert done.returncode == 2 and message in done.stderr, done.stderr
+        assert "seed 0 done" not in done.stderr and done.stdout == ""  # refused before a run
