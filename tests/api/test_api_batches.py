@@ -137,6 +137,8 @@ def test_bad_manifests_are_422_naming_the_place(client: TestClient, db: Store) -
         (manifest({"N": 4096}, {"N": 0}), ["body", "workloads", 0, "shapes", 1]),
         (manifest({"N": 4096}, {"N": "x"}), ["body", "workloads", 0, "shapes", 1, "N"]),
         (manifest({"N": 4096, "weight": -1}), ["body", "workloads", 0, "shapes", 0, "weight"]),
+        (manifest({"dims": "N=5"}), ["body", "workloads", 0, "shapes", 0, "dims"]),
+        (manifest({"dims": None}), ["body", "workloads", 0, "shapes", 0, "dims"]),
         ({"workloads": [{"op": "nope", "shapes": [{"N": 1}]}]}, ["body", "workloads", 0, "op"]),
         (manifest({"N": 4096}, dtype="int8"), ["body", "dtype"]),
         (manifest({"N": 1 << 24}, {"N": 1 << 30}), ["body", "workloads", 0, "shapes", 1, "N"]),

@@ -175,6 +175,11 @@ BAD: list[tuple[str, tuple[str | int, ...], str]] = [
         ("workloads", 0, "shapes"),
         "at least 1 item",
     ),
+    (
+        "workloads: [{op: swiglu, shapes: [{dims: 'T=1,I=8'}]}]",
+        ("workloads", 0, "shapes", 0, "dims"),
+        "dims is a mapping of dim names to whole numbers",
+    ),
 ]
 
 

@@ -83,6 +83,10 @@ class ShapeItem(BaseModel):
                 f" K: 4096, weight: 10}}, or text such as M=1,N=4096,K=4096; got {value!r}"
             )
         if set(value) == {"dims", "weight"} or set(value) == {"dims"}:
+            if not isinstance(value["dims"], Mapping):
+                message = "dims is a mapping of dim names to whole numbers"
+                error = _error("dims_type", message, ("dims",), value["dims"])
+                raise ValidationError.from_exception_data("shape", [error])
             value = {**value["dims"], **({"weight": value["weight"]} if "weight" in value else {})}
         errors: list[InitErrorDetails] = []
         dims: dict[str, int] = {}
