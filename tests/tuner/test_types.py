@@ -20,6 +20,7 @@ def test_shape_parse_round_trip() -> None:
         ("M", "expected NAME=VALUE"),
         ("M=abc", "M must be an integer"),
         ("=3", "NAME=VALUE"),
+        ("M=64,M=4096,N=64", "M given twice"),
     ],
 )
 def test_shape_parse_errors(text: str, message: str) -> None:
