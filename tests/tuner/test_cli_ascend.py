@@ -75,6 +75,8 @@ def test_check_invalid_tiling_exits_1_with_reasons(tmp_path: Path) -> None:
         ('{"baseM": 1e30}', "baseM must be an integer"),
         ('{"baseM": 99999999999}', "out of range"),
         ('{"baseMM": 128}', "no field 'baseMM' (did you mean baseM?)"),
+        ('{"baseM": -16, "epiRows": -16}', "baseM=-16 is outside its domain 16.."),
+        ('{"epiRows": 0}', "epiRows=0 is outside its domain"),
     ],
 )
 def test_check_bad_tiling_is_exit_2(tiling: str, message: str, tmp_path: Path) -> None:
