@@ -20,9 +20,9 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.orm import Session
 
 from tilewise import store
-from tilewise.api.errors import NotFound
+from tilewise.api.errors import FieldError, NotFound
 from tilewise.api.schemas import MissList, MissPublic
-from tilewise.errors import StoreError
+from tilewise.errors import InputError, StoreError
 from tilewise.kernels.backends import current_toolchain_ids
 from tilewise.kernels.ops import OPS, get_op
 from tilewise.manifest import manifest_of
@@ -151,11 +151,14 @@ def listing(
     if manifest is not None:
         if not untuned:
             raise NotFound("no untuned shape (of these filters) was asked of GET /v1/tilings")
-        doc = manifest_of(
-            ((m.op, m.target, m.dtype, m.shape, m.count) for m in untuned),
-            name="shapes asked without an exact entry",
-            **manifest,
-        ).to_document()
+        try:
+            doc = manifest_of(
+                ((m.op, m.target, m.dtype, m.shape, m.count) for m in untuned),
+                name="shapes asked without an exact entry",
+                **manifest,
+            ).to_document()
+        except InputError as exc:  # a total below the shapes: tune-set would refuse it
+            raise FieldError(("query", "total_budget"), str(exc)) from exc
         return JSONResponse(doc)
     rows = untuned
     if include_tuned:

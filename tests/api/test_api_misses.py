@@ -82,6 +82,9 @@ def test_the_misses_manifest_is_a_batch_the_service_tunes(client: TestClient) ->
     ask(client, 4096, times=5)
     ask(client, 8192, times=1)
     ask(client, 64, dtype="float16")
+    r = client.get("/v1/misses", params={"format": "manifest", "total_budget": 2})
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["query", "total_budget"]
+    assert "below the 3 shapes" in r.json()["detail"][0]["msg"]
     r = client.get("/v1/misses", params={"format": "manifest", "total_budget": 22})
     assert r.status_code == 200, r.text
     manifest: dict[str, Any] = r.json()

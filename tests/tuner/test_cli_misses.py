@@ -70,6 +70,12 @@ def test_misses_from_the_database_as_a_table_json_and_a_manifest(
         (60000, 9, False), (65536, 4, True), (100, 2, False), (64, 1, False),
     ]  # fmt: skip
 
+    # A total below the shapes to tune is refused here, not by tune-set after the file is out.
+    short = run("misses", "--db", db_url, "--format", "manifest", "--total-budget", "2",
+                "-o", str(tmp_path / "short.yaml"), tmp_path=tmp_path)  # fmt: skip
+    assert short.returncode == 2 and "total budget 2 is below the 3 shapes" in short.stderr
+    assert not (tmp_path / "short.yaml").exists()
+
     path = tmp_path / "misses.yaml"
     wrote = run("misses", "--db", db_url, "--format", "manifest", "--min-count", "2",
                 "--total-budget", "12", "-o", str(path), tmp_path=tmp_path)  # fmt: skip

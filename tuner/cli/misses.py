@@ -89,16 +89,19 @@ def misses(
     if fmt == "table":
         print_table(_table(rows, tuned=include_tuned))
         return
-    manifest = manifest_of(
-        (
-            (r["op"], r["target"], r["dtype"], r["shape"], r["count"])
-            for r in rows
-            if not r["tuned"]
-        ),
-        name="shapes asked without an exact entry",
-        budget=budget,
-        total_budget=total_budget,
-    )
+    try:
+        manifest = manifest_of(
+            (
+                (r["op"], r["target"], r["dtype"], r["shape"], r["count"])
+                for r in rows
+                if not r["tuned"]
+            ),
+            name="shapes asked without an exact entry",
+            budget=budget,
+            total_budget=total_budget,
+        )
+    except TilewiseError as exc:  # a total budget below the shapes: tune-set would refuse it
+        fail(str(exc))
     if path is None:
         print(manifest.dumps(), end="")
         return

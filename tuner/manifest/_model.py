@@ -357,6 +357,12 @@ def manifest_of(
         groups.setdefault((op, target, dtype), []).append(ShapeItem(dims=dims, weight=weight))
     if not groups:
         raise InputError("no shapes: a manifest needs one workload or more")
+    count = sum(len(items) for items in groups.values())
+    if total_budget is not None and total_budget < count:  # tune-set would refuse the file
+        raise InputError(
+            f"total budget {total_budget} is below the {count} shapes to tune: each needs at "
+            "least one evaluation"
+        )
     targets = [t for (_, t, _) in groups]
     dtypes = [d for (_, _, d) in groups]
     target = max(dict.fromkeys(targets), key=targets.count)
