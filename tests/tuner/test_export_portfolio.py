@@ -327,6 +327,9 @@ def test_cli_exports_a_portfolio_with_its_report(store: st.Store, tmp_path: Path
     assert done.returncode == 2 and "go with --portfolio K" in done.stderr
     done = tilewise("export", LAG.name, "--db", store.url, "--portfolio", "0", tmp_path=tmp_path)
     assert done.returncode == 2 and "at least 1" in done.stderr
+    done = tilewise("export", LAG.name, "--db", store.url, "--portfolio", "2", "--within", "-5",
+                    tmp_path=tmp_path)  # fmt: skip
+    assert done.returncode == 2 and "a percent from 0 up to 1000, got -5" in done.stderr
 
 
 @pytest.mark.slow

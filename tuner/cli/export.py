@@ -89,6 +89,8 @@ def export(
             raise InputError(f"unknown format {fmt!r}; one of: {', '.join(FORMATS)}")
         if portfolio is None and (report or within != 5.0):
             raise InputError("--within and --report go with --portfolio K")
+        if not 0 <= within < 1000:  # in the unit the option is given in, not as a share
+            raise InputError(f"--within takes a percent from 0 up to 1000, got {within:g}")
         exporting.canonical_filters(op, target, dtype)  # bad names fail before the DB
         path = output_path(output)
         from tilewise import store

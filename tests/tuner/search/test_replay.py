@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -72,14 +73,16 @@ def test_bad_files_are_input_errors(tmp_path: Path) -> None:
     with pytest.raises(InputError, match=":2"):
         ReplaySpace(tmp_path / "ragged.csv")
     (tmp_path / "twice.csv").write_text("a,b,time_ms\n1,2,3.0\n2,2,1.0\n1,2,0.5\n")
-    with pytest.raises(InputError, match="twice.csv:4 repeats the configuration of line 2"):
+    with pytest.raises(InputError, match=r"twice\.csv:4 repeats the configuration of line 2"):
         ReplaySpace(tmp_path / "twice.csv")
     (tmp_path / "failed.csv").write_text("a,time_ms\n1,inf\n2,inf\n")
     with pytest.raises(InputError, match="no configuration that ran"):
         ReplaySpace(tmp_path / "failed.csv")
     for bad in ("0", "-1.5", "-inf"):
         (tmp_path / "zero.csv").write_text(f"a,time_ms\n1,2.0\n2,{bad}\n")
-        with pytest.raises(InputError, match=f"zero.csv:3: time '{bad}' is not positive"):
+        with pytest.raises(
+            InputError, match=re.escape(f"zero.csv:3: time '{bad}' is not positive")
+        ):
             ReplaySpace(tmp_path / "zero.csv")
 
 
