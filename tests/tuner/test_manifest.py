@@ -175,6 +175,11 @@ BAD: list[tuple[str, tuple[str | int, ...], str]] = [
         ("workloads", 0, "shapes"),
         "at least 1 item",
     ),
+    (  # YAML reads 1e3 as text: the message shows what it got
+        "workloads: [{op: swiglu, shapes: [{T: 1e3, I: 8}]}]",
+        ("workloads", 0, "shapes", 0, "T"),
+        "a dim is a whole number, got '1e3'",
+    ),
     (
         "workloads: [{op: swiglu, shapes: [{dims: 'T=1,I=8'}]}]",
         ("workloads", 0, "shapes", 0, "dims"),

@@ -54,7 +54,10 @@ class ManifestError(InputError):
 
 
 def _error(kind: str, message: str, loc: Loc, value: object) -> InitErrorDetails:
-    return InitErrorDetails(type=PydanticCustomError(kind, message), loc=loc, input=value)
+    # The value received in the message: YAML reads 1e3 as text, and "a dim is a whole
+    # number" alone left the reader looking at a number.
+    error = PydanticCustomError(kind, message + ", got {got}", {"got": repr(value)})
+    return InitErrorDetails(type=error, loc=loc, input=value)
 
 
 class ShapeItem(BaseModel):
