@@ -94,6 +94,14 @@ class Tunable:
     define: str | None = None  # the macro a compile-time tunable sets, e.g. "BUFFER_NUM"
     carry: Carry | None = None
 
+    def outside(self, value: int) -> str | None:
+        """Why ``value`` lies outside the domain's range, or None. The op's rules and footprints
+        assume values within it: outside, footprints go negative and launches can hang."""
+        low, high = min(self.values), max(self.values)
+        if low <= value <= high:
+            return None
+        return f"{self.name}={value} is outside its domain {low}..{high} for this workload"
+
     def to_dict(self) -> dict[str, object]:
         return {
             "name": self.name,

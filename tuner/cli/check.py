@@ -143,15 +143,11 @@ def _complete(asked: WorkloadRequest, text: str) -> tuple[Tiling, dict[str, int]
                 f"--tiling: {spec.name} has no field {key!r}{did_you_mean(key, names)}; "
                 f"its fields: {', '.join(names)}"
             )
-    # The op's checks assume values within the domains (as a loaded table's are): a tile of 0
-    # or -16 came out valid, with negative footprints, and its launch hung or overflowed.
-    for tunable in tunables:
-        value, low, high = given.get(tunable.name), min(tunable.values), max(tunable.values)
-        if value is not None and not low <= value <= high:
-            raise InputError(
-                f"--tiling: {tunable.name}={value} is outside its domain {low}..{high} "
-                "for this workload"
-            )
+    for tunable in tunables:  # as a loaded table's entries are checked
+        value = given.get(tunable.name)
+        outside = None if value is None else tunable.outside(value)
+        if outside:
+            raise InputError(f"--tiling: {outside}")
     from_default = {k: v for k, v in default.items() if k not in given}
     return Tiling({**default, **given}), from_default
 

@@ -156,12 +156,9 @@ class TilingTable:
         # nothing else, the default tiling lies in them too). The op's checks assume so: a
         # tampered dbL0C of 2**31 - 1 would make a nearest lookup build that many buffers.
         for tunable in tunables:
-            value, low, high = entry.tiling[tunable.name], min(tunable.values), max(tunable.values)
-            if not low <= value <= high:
-                raise InputError(
-                    f"{named}: tiling {tunable.name}={value} is outside its domain "
-                    f"{low}..{high} for this workload"
-                )
+            outside = tunable.outside(entry.tiling[tunable.name])
+            if outside:
+                raise InputError(f"{named}: tiling {outside}")
         checked_relative(entry, spec, profile)
         return None
 
