@@ -278,6 +278,20 @@ def test_a_total_below_the_workloads_is_refused() -> None:
     assert assign_budgets(manifest, [], default=40) == []
 
 
+def test_budget_errors_name_the_file_like_the_other_manifest_errors(tmp_path: Path) -> None:
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps({"total_budget": 1, "workloads": [{"op": "scale_relu_dropout",
+                                "shapes": ["N=8", "N=16"]}]}))  # fmt: skip
+    with pytest.raises(ManifestError) as caught:
+        assign_budgets(load_manifest(path), [1, 1], default=40)
+    assert str(caught.value).startswith(f"{path}: total_budget: total_budget 1 is below")
+    path.write_text(json.dumps({"budget": 9, "workloads": [{"op": "scale_relu_dropout",
+                                "shapes": ["N=8"]}]}))  # fmt: skip
+    with pytest.raises(ManifestError) as caught:
+        assign_budgets(load_manifest(path), [1], default=40, cap=5)
+    assert str(caught.value) == f"{path}: budget: budget must be between 1 and 5, got 9"
+
+
 def test_a_per_workload_budget_above_the_cap_is_refused() -> None:
     manifest = parse_manifest(
         {"budget": 500, "workloads": [{"op": "scale_relu_dropout", "shapes": ["N=8"]}]}

@@ -73,8 +73,10 @@ def assign_budgets(
         try:
             return spread_budget(manifest.total_budget, weights, cap=cap)
         except InputError as exc:
-            raise ManifestError(("total_budget",), str(exc)) from None
+            raise ManifestError(("total_budget",), str(exc), source=manifest.source) from None
     per = manifest.budget if manifest.budget is not None else default
     if cap is not None and per > cap:
-        raise ManifestError(("budget",), f"budget must be between 1 and {cap}, got {per}")
+        raise ManifestError(
+            ("budget",), f"budget must be between 1 and {cap}, got {per}", source=manifest.source
+        )
     return [per] * len(weights)

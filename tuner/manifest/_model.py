@@ -190,6 +190,11 @@ class Manifest(BaseModel):
     #: The file (or URL) it was read from, named in the errors of :meth:`entries`.
     _source: str | None = PrivateAttr(default=None)
 
+    @property
+    def source(self) -> str | None:
+        """The file (or URL) it was read from, if any: the head of its errors."""
+        return self._source
+
     @model_validator(mode="after")
     def _one_budget(self) -> Manifest:
         if self.budget is not None and self.total_budget is not None:
@@ -217,7 +222,7 @@ class Manifest(BaseModel):
                         )
                     except RequestError as exc:
                         loc = _place(i, j, exc.field, group, dtype_index=k)
-                        raise ManifestError(loc, str(exc), source=self._source) from exc
+                        raise ManifestError(loc, str(exc), source=self.source) from exc
                     key = asked.workload.key
                     if key in found:
                         first = found[key]
