@@ -92,6 +92,8 @@ class Shape(Mapping[str, int]):
             name, sep, value = part.partition("=")
             if not sep or not name:
                 raise InputError(f"shape: expected NAME=VALUE, got {part!r}")
+            if not name.isidentifier():  # a quote or bracket around the text, say
+                raise InputError(f"shape: {name!r} is not a dim name, in {text!r}")
             if name in dims:  # which value was meant? Not ours to pick
                 raise InputError(f"shape: {name} given twice in {text!r}")
             try:

@@ -209,7 +209,7 @@ def bad_shape(draw: st.DrawFn, op: str) -> tuple[str, tuple[str, ...]]:
             )
         )
         values[name] = "4"
-        return ",".join(f"{d}={v}" for d, v in values.items()), ("unknown dim",)
+        return ",".join(f"{d}={v}" for d, v in values.items()), ("unknown dim", "not a dim name")
     # every dim at 2**22: a tensor above max_elements (2**28) wherever there are two dims
     if len(dims) == 1:
         return f"{dims[0]}=0", (dims[0],)
@@ -564,7 +564,7 @@ def _tilewise_process(root: Path, *args: str | bytes) -> subprocess.CompletedPro
 PROCESS_CASES: list[tuple[list[str | bytes], str]] = [
     (["tune", b"\xff\xfe", "--shape", "N=64"], "unknown op"),
     (["tune", "scale_relu_dropout", "--shape", b"N=\xff"], "must be an integer"),
-    (["tune", "scale_relu_dropout", "--shape", b"\xff=4"], "unknown dim"),
+    (["tune", "scale_relu_dropout", "--shape", b"\xff=4"], "not a dim name"),
     (["tune", "scale_relu_dropout", "--shape", "N=64", "--dtype", b"\xe9"], "unknown dtype"),
     (["tune", "scale_relu_dropout", "--shape", "N=64", "--budget", "zero"], "--budget"),
     (["tune", "scale_relu_dropout", "--shape", "N=64", "--seconds", "nan"], "seconds"),

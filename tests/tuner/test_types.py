@@ -21,6 +21,7 @@ def test_shape_parse_round_trip() -> None:
         ("M=abc", "M must be an integer"),
         ("=3", "NAME=VALUE"),
         ("M=64,M=4096,N=64", "M given twice"),
+        ('"N=5"', "'\"N' is not a dim name, in '\"N=5\"'"),
     ],
 )
 def test_shape_parse_errors(text: str, message: str) -> None:
