@@ -427,9 +427,20 @@ class OpSpec(ABC):
         keeps them packs other parameter values without building the struct again."""
         bound = self.bind_parameters(parameters or {}) if self.parameters else {}
         by_field = {p.field: bound[p.name] for p in self.parameters}
-        return struct.pack(
-            "<" + "".join(f.code for f in fields), *(by_field.get(f.name, f.value) for f in fields)
-        )
+        values = [by_field.get(f.name, f.value) for f in fields]
+        try:
+            return struct.pack("<" + "".join(f.code for f in fields), *values)
+        except struct.error:
+            for field, value in zip(fields, values, strict=True):
+                try:
+                    struct.pack("<" + field.code, value)
+                except struct.error:
+                    kind = {"i": "int32", "I": "uint32", "f": "float"}[field.code]
+                    raise InputError(
+                        f"{self.name}: the tiling field {field.name} = {value} does not fit the "
+                        f"kernel's {kind}: the shape is too large for this kernel"
+                    ) from None
+            raise
 
     @abstractmethod
     def make_inputs(

@@ -79,6 +79,8 @@ def shape_of(
     for name, role in spec.roles.items():
         if role != "in":
             continue
+        if name not in shapes:
+            raise InputError(f"{spec.name}: no shape for the input {name}")
         dims, got = spec.layout[name], tuple(shapes[name])
         if len(got) != len(dims):
             raise InputError(

@@ -201,6 +201,53 @@ def test_bad_inputs_are_refused_before_any_launch(
     assert ops.last_choice is None
 
 
+def test_a_call_checked_before_lets_no_other_call_through(settings: Settings) -> None:
+    """A kept plan serves the same call only: not the same shapes under other names, not an
+    attribute of another type."""
+    ops = load_ops(TilingTable([]), settings=settings)
+    g = _good()
+    ops.linear_add_gelu(g["x"], g["w"], g["bias"])
+    # x's and w's arrays swapped by keyword: the shapes of the call before, in its order.
+    with pytest.raises(InputError, match=r"w has K=37 \(axis 0\), but x has K=96"):
+        ops.linear_add_gelu(w=g["x"], x=g["w"], bias=g["bias"])
+    conv = get_op("conv_bias_leakyrelu")
+    shape = conv.example_shapes()[0]  # stride=2, pad=1
+    inputs = inputs_for(conv, shape, "float32")
+    ops.conv_bias_leakyrelu(*inputs.values(), stride=2, pad=1)
+    for stride in (2.0, np.float64(2)):
+        with pytest.raises(InputError, match="dim stride must be an integer"):
+            ops.conv_bias_leakyrelu(*inputs.values(), stride=stride, pad=1)
+    with pytest.raises(InputError, match="dim pad must be an integer"):
+        ops.conv_bias_leakyrelu(*inputs.values(), stride=2, pad=True)
+    # The same shapes and attributes in another dtype: a plan of its own.
+    halves = {name: value.astype(np.float16) for name, value in inputs.items()}
+    got = ops.conv_bias_leakyrelu(*halves.values(), stride=2, pad=1)
+    assert got.dtype == np.float16
+    assert_matches(conv, shape, "float16", halves, got)
+
+
+def test_output_shapes_and_launch_name_a_missing_input(settings: Settings) -> None:
+    ops = load_ops(TilingTable([]), settings=settings)
+    shapes = {"x": (37, 80), "w": (80, 96)}
+    with pytest.raises(InputError, match="no shape for the input bias"):
+        ops.output_shapes("linear_add_gelu", "float32", shapes, {})
+    with pytest.raises(InputError, match="no shape for the input bias"):
+        ops.launch("linear_add_gelu", "float32", shapes, {}, {})
+    with pytest.raises(InputError, match="no shape for the input bias"):
+        LAG.shape_of(shapes, {})
+    # Lists for tuples: read, not kept (a list is no dict key).
+    as_lists = {"x": [37, 80], "w": [80, 96], "bias": [96]}
+    assert ops.output_shapes("linear_add_gelu", "float32", as_lists, {}) == {"out": (37, 96)}
+
+
+def test_a_shape_too_large_for_the_tiling_struct_is_an_input_error(settings: Settings) -> None:
+    """2**31 elements and more overflow swiglu's int32 totalLength: refused before a build."""
+    ops = load_ops(TilingTable([]), settings=settings)
+    big = (65536, 32769)
+    with pytest.raises(InputError, match=r"totalLength = 2147549184 does not fit the kernel's int32"):
+        ops.output_shapes("swiglu", "float16", {"g": big, "u": big}, {})
+
+
 def test_unknown_op_and_conv_attributes(settings: Settings) -> None:
     ops = load_ops(TilingTable([]), settings=settings)
     with pytest.raises(AttributeError, match="no op 'matmul'"):

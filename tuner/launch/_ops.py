@@ -224,11 +224,21 @@ class Ops:
         """The plan of a call, kept per op, dtype, input shapes and attributes: a table never
         changes, so a call of a shape seen before skips reading the shape and, when the table
         has the shape, the lookup."""
-        key = (spec.name, dtype, *shapes.values(), *sorted(attributes.items()))
+        names = _inputs(spec)
+        try:
+            dims = [shapes[name] for name in names]
+        except KeyError:
+            missing = ", ".join(n for n in names if n not in shapes)
+            raise InputError(f"{spec.name}: no shape for the input {missing}") from None
+        # The inputs in GM order, however the caller ordered them, and each attribute's type:
+        # a key equal to a checked call's must mean the same call (stride=1.0 == 1 in Python).
+        key: tuple[Any, ...] | None = (spec.name, dtype, *dims)
+        if attributes:
+            key = (*key, *sorted((k, type(v), v) for k, v in attributes.items()))
         try:
             plan = self._plans.get(key)
-        except TypeError:  # an attribute that is no integer: shape_of names it below
-            plan = None
+        except TypeError:  # unhashable (a list for a shape): checked below, not kept
+            plan, key = None, None
         if plan is not None:
             if plan.choice.source != "exact":
                 # Asked again: counted in the table's misses, as every ask of a shape it has no
@@ -241,9 +251,10 @@ class Ops:
         answer = self.table.lookup(spec.name, target=self.target, dtype=dtype, shape=shape)
         with self._lock:
             plan = self._make_plan(spec, dtype, shape, answer.tiling, answer.source)
-            while len(self._plans) >= PLAN_CACHE:
-                del self._plans[next(iter(self._plans))]
-            self._plans[key] = plan
+            if key is not None:
+                while len(self._plans) >= PLAN_CACHE:
+                    del self._plans[next(iter(self._plans))]
+                self._plans[key] = plan
         return plan
 
     def _make_plan(
@@ -278,8 +289,15 @@ class Ops:
         )
 
 
-def _inputs(spec: OpSpec) -> list[str]:
-    return [name for name, role in spec.roles.items() if role == "in"]
+_INPUTS: dict[str, tuple[str, ...]] = {}
+
+
+def _inputs(spec: OpSpec) -> tuple[str, ...]:
+    """The op's input names in GM order."""
+    names = _INPUTS.get(spec.name)
+    if names is None:
+        names = _INPUTS[spec.name] = tuple(n for n, role in spec.roles.items() if role == "in")
+    return names
 
 
 def _bind(
