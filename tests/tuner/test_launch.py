@@ -244,7 +244,9 @@ def test_a_shape_too_large_for_the_tiling_struct_is_an_input_error(settings: Set
     """2**31 elements and more overflow swiglu's int32 totalLength: refused before a build."""
     ops = load_ops(TilingTable([]), settings=settings)
     big = (65536, 32769)
-    with pytest.raises(InputError, match=r"totalLength = 2147549184 does not fit the kernel's int32"):
+    with pytest.raises(
+        InputError, match=r"totalLength = 2147549184 does not fit the kernel's int32"
+    ):
         ops.output_shapes("swiglu", "float16", {"g": big, "u": big}, {})
 
 

@@ -232,13 +232,13 @@ class Ops:
             raise InputError(f"{spec.name}: no shape for the input {missing}") from None
         # The inputs in GM order, however the caller ordered them, and each attribute's type:
         # a key equal to a checked call's must mean the same call (stride=1.0 == 1 in Python).
-        key: tuple[Any, ...] | None = (spec.name, dtype, *dims)
+        key: tuple[Any, ...] = (spec.name, dtype, *dims)
         if attributes:
             key = (*key, *sorted((k, type(v), v) for k, v in attributes.items()))
         try:
-            plan = self._plans.get(key)
+            plan, keep = self._plans.get(key), True
         except TypeError:  # unhashable (a list for a shape): checked below, not kept
-            plan, key = None, None
+            plan, keep = None, False
         if plan is not None:
             if plan.choice.source != "exact":
                 # Asked again: counted in the table's misses, as every ask of a shape it has no
@@ -251,7 +251,7 @@ class Ops:
         answer = self.table.lookup(spec.name, target=self.target, dtype=dtype, shape=shape)
         with self._lock:
             plan = self._make_plan(spec, dtype, shape, answer.tiling, answer.source)
-            if key is not None:
+            if keep:
                 while len(self._plans) >= PLAN_CACHE:
                     del self._plans[next(iter(self._plans))]
                 self._plans[key] = plan
