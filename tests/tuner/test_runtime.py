@@ -609,6 +609,8 @@ def test_from_url_errors() -> None:
 
     with pytest.raises(TableFormatError, match="version 7 is not supported"):
         TilingTable.from_url("http://tw.example", transport=httpx.MockTransport(garbage))
+    with pytest.raises(StoreError, match="Invalid port: '80a0'"):
+        TilingTable.from_url("http://localhost:80a0")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -152,6 +152,8 @@ def test_misses_make_a_manifest_weighted_by_count(table: TilingTable, tmp_path: 
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
     with pytest.raises(InputError, match="no shapes"):
         table.misses_manifest(min_count=31)
+    with pytest.raises(InputError, match=r"^budget: Input should be greater than or equal to 1"):
+        table.misses_manifest(budget=0)
 
 
 def test_load_ops_counts_every_call_of_a_shape_it_has_no_entry_for(

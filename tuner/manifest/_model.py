@@ -53,6 +53,24 @@ class ManifestError(InputError):
         self.reason = message
 
 
+#: Problems named in one ManifestError (the rest are counted).
+MAX_PROBLEMS = 3
+
+
+def structure_error(exc: ValidationError, source: str | None = None) -> ManifestError:
+    """The first problem's place as the error's ``loc``; the message names each problem."""
+    problems = []
+    for error in exc.errors():
+        loc = tuple(p for p in error.get("loc", ()) if isinstance(p, str | int))
+        problems.append((loc, str(error.get("msg", "invalid")).removeprefix("Value error, ")))
+    first_loc, first = problems[0]
+    message = "; ".join([first] + [f"{where(loc)}: {msg}" for loc, msg in problems[1:MAX_PROBLEMS]])
+    more = len(problems) - MAX_PROBLEMS
+    if more > 0:
+        message += f" (and {more} more problem{'s' if more > 1 else ''})"
+    return ManifestError(first_loc, message, source=source)
+
+
 def _error(kind: str, message: str, loc: Loc, value: object) -> InitErrorDetails:
     # The value received in the message: YAML reads 1e3 as text, and "a dim is a whole
     # number" alone left the reader looking at a number.
@@ -375,19 +393,22 @@ def manifest_of(
     dtypes = [d for (_, _, d) in groups]
     target = max(dict.fromkeys(targets), key=targets.count)
     dtype = max(dict.fromkeys(dtypes), key=dtypes.count)
-    return Manifest(
-        name=name,
-        target=target,
-        dtype=dtype,
-        budget=budget,
-        total_budget=total_budget,
-        workloads=[
-            WorkloadGroup(
-                op=op,
-                dtype=None if d == dtype else d,
-                target=None if t == target else t,
-                shapes=items,
-            )
-            for (op, t, d), items in groups.items()
-        ],
-    )
+    try:
+        return Manifest(
+            name=name,
+            target=target,
+            dtype=dtype,
+            budget=budget,
+            total_budget=total_budget,
+            workloads=[
+                WorkloadGroup(
+                    op=op,
+                    dtype=None if d == dtype else d,
+                    target=None if t == target else t,
+                    shapes=items,
+                )
+                for (op, t, d), items in groups.items()
+            ],
+        )
+    except ValidationError as exc:  # a budget of 0, say
+        raise structure_error(exc) from None

@@ -9,24 +9,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from tilewise.errors import InputError
-from tilewise.manifest._model import Manifest, ManifestError, where
-
-#: Problems named in one ManifestError (the rest are counted).
-MAX_PROBLEMS = 3
-
-
-def _structure_error(exc: ValidationError, source: str | None) -> ManifestError:
-    """The first problem's place as the error's ``loc``; the message names each problem."""
-    problems = []
-    for error in exc.errors():
-        loc = tuple(p for p in error.get("loc", ()) if isinstance(p, str | int))
-        problems.append((loc, str(error.get("msg", "invalid")).removeprefix("Value error, ")))
-    first_loc, first = problems[0]
-    message = "; ".join([first] + [f"{where(loc)}: {msg}" for loc, msg in problems[1:MAX_PROBLEMS]])
-    more = len(problems) - MAX_PROBLEMS
-    if more > 0:
-        message += f" (and {more} more problem{'s' if more > 1 else ''})"
-    return ManifestError(first_loc, message, source=source)
+from tilewise.manifest._model import Manifest, ManifestError, structure_error
 
 
 def parse_manifest(doc: object, *, source: str | None = None) -> Manifest:
@@ -44,7 +27,7 @@ def parse_manifest(doc: object, *, source: str | None = None) -> Manifest:
     try:
         manifest = Manifest.model_validate(doc)
     except ValidationError as exc:
-        raise _structure_error(exc, source) from None
+        raise structure_error(exc, source) from None
     manifest._source = source
     return manifest
 

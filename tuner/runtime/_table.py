@@ -233,7 +233,7 @@ class TilingTable:
         try:
             with httpx.Client(timeout=timeout, headers=headers, transport=transport) as client:
                 response = client.get(url, params=params)
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:  # InvalidURL is no HTTPError
             raise StoreError(f"cannot fetch the tiling table from {url}: {exc}") from exc
         if response.status_code != 200:
             raise StoreError(
