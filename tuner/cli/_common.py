@@ -7,9 +7,7 @@ that their commands are registered on :data:`app`.
 
 from __future__ import annotations
 
-import os
 import signal
-import tempfile
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -179,24 +177,6 @@ def output_path(output: str) -> Path | None:
     if path.is_dir():
         raise InputError(f"cannot write {path}: it is a directory")
     return path
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same directory and a rename:
-    readers see the old file or the new one, never a part."""
-    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(temp, 0o666 & ~umask)  # mkstemp makes it 0600
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
 
 
 ManifestArg = Annotated[

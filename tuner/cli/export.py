@@ -16,8 +16,8 @@ from tilewise.cli._common import (
     out,
     output_path,
     settings_for,
-    write_atomically,
 )
+from tilewise.files import write_atomically
 from tilewise.types import Workload
 
 if TYPE_CHECKING:

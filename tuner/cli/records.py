@@ -19,9 +19,9 @@ from tilewise.cli._common import (
     output_path,
     settings_for,
     workload_request,
-    write_atomically,
 )
 from tilewise.errors import InputError, TilewiseError
+from tilewise.files import write_atomically
 
 
 @app.command()

@@ -30,9 +30,9 @@ from tilewise.cli._common import (
     report_failures,
     results_table,
     settings_for,
-    write_atomically,
 )
 from tilewise.errors import InputError, StoreError, TilewiseError
+from tilewise.files import write_atomically
 
 if TYPE_CHECKING:
     import httpx

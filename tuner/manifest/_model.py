@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +23,7 @@ from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema, InitErrorDetails, PydanticCustomError
 
 from tilewise.errors import InputError
+from tilewise.files import write_atomically
 from tilewise.kernels.request import RequestError, WorkloadRequest, resolve_request
 from tilewise.types import MAX_DIM, Shape, Workload
 
@@ -309,18 +308,9 @@ class Manifest(BaseModel):
 
     def write(self, path: str | Path) -> None:
         """Write the document to ``path``, JSON for a ``.json`` name and YAML otherwise, through
-        a temporary file and a rename (a reader sees the old file or the new one)."""
+        a temporary file and a rename (:func:`tilewise.files.write_atomically`)."""
         path = Path(path)
-        text = self.dumps(fmt="json" if path.suffix.lower() == ".json" else "yaml")
-        fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                handle.write(text)
-            os.chmod(temp, 0o644)
-            os.replace(temp, path)
-        except BaseException:
-            Path(temp).unlink(missing_ok=True)
-            raise
+        write_atomically(path, self.dumps(fmt="json" if path.suffix.lower() == ".json" else "yaml"))
 
 
 def _place(i: int, j: int, field: str, group: WorkloadGroup, *, dtype_index: int) -> Loc:
