@@ -247,6 +247,20 @@ def test_header_selects_the_member_python_selects(store: st.Store, tmp_path: Pat
         assert got == expected, compiler
 
 
+def test_a_portfolio_header_with_nothing_tuned_has_its_functions(
+    store: st.Store, tmp_path: Path
+) -> None:
+    """A host written against the portfolio functions builds before anything is tuned, and
+    is told to use its default."""
+    with store.session() as session:
+        doc, _ = portfolio_document(session, op=LAG.name, k=2, within=0.05)
+    assert doc["portfolio"]["groups"] == []
+    header = tmp_path / "lag.h"
+    header.write_text(render_header(doc, op=LAG.name))
+    for compiler, got in portfolio_driver_answers(header, tmp_path, "cpu-twin float32 64 64 64\n"):
+        assert got == [[-1, 0]], compiler
+
+
 def test_header_refuses_a_portfolio_of_a_group_without_entries() -> None:
     entry = {
         "op": LAG.name,

@@ -161,7 +161,9 @@ def render_header(doc: Mapping[str, Any], *, op: str) -> str:
         least_init=braces(spec.dim_floors.get(d, 1) for d in dims),
         asked_init=braces(dims),
         carry_helpers=CARRY_C_HELPERS,
-        portfolio=_portfolio_note(doc) if portfolios else None,
+        # Asked for a portfolio, the header has its functions even where no group has one yet
+        # (they answer -1 and 0): a host written against them builds before anything is tuned.
+        portfolio=_portfolio_note(doc) if portfolios or doc.get("portfolio") else None,
         groups=[
             {
                 "target": target,
