@@ -107,8 +107,15 @@ def test_show_not_tuned(tmp_path: Path) -> None:
     assert tilewise("db", "upgrade", tmp_path=tmp_path, db=db).returncode == 0
     done = tilewise("show", "scale_relu_dropout", "--shape", "N=4096", tmp_path=tmp_path, db=db)
     assert done.returncode == 1
-    assert "not tuned" in done.stdout
+    assert "not tuned (run `tilewise tune scale_relu_dropout --shape N=4096`)" in done.stdout
     assert "the runtime answers default: the op's default heuristic" in done.stdout
+    other = tilewise("show", "scale_relu_dropout", "--shape", "N=4096", "--dtype", "float16",
+                     "--target", "Ascend910B1", tmp_path=tmp_path, db=db)  # fmt: skip
+    assert other.returncode == 1
+    assert (
+        "(run `tilewise tune scale_relu_dropout --shape N=4096 --dtype float16 --target "
+        "ascend910b1`)" in other.stdout.replace("\n", " ")
+    ), other.stdout
 
 
 def test_show_an_untuned_shape_prints_the_runtimes_nearest_answer(tmp_path: Path) -> None:

@@ -85,9 +85,12 @@ def show(
             }
             print(json.dumps(doc))
         else:
+            # The command that tunes this workload: its dtype and target where not tune's.
+            command = f"tilewise tune {spec.name} --shape {parsed.key()}"
+            command += f" --dtype {dtype}" if dtype != "float32" else ""
+            command += f" --target {profile.name}" if profile.name != "cpu-twin" else ""
             out.print(
-                f"{spec.name} {parsed} {dtype} on {profile.name}: not tuned "
-                f"(run `tilewise tune {spec.name} --shape {parsed.key()}`)"
+                f"{spec.name} {parsed} {dtype} on {profile.name}: not tuned (run `{command}`)"
             )
             tuned = answer.workload.shape.key() if answer.workload is not None else None
             gain = answer.predicted_gain
