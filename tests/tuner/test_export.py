@@ -483,11 +483,18 @@ def test_header_answers_as_python_does(op: str, tmp_path: Path) -> None:
     )
     for compiler, std in COMPILERS:
         exe = _build(header, op, tmp_path, compiler, std)
+        target, dtype, asked = queries[0]
         c_answers = _ask_c(
             exe,
-            [*queries, ("cpu-twin", "float64", queries[0][2]), ("gpu", "float32", queries[0][2])],
+            [
+                *queries,
+                ("cpu-twin", "float64", asked),
+                ("gpu", "float32", asked),
+                (target.upper(), dtype, asked),
+            ],
         )
-        assert c_answers[-2:] == [[0], [0]]  # no table: the caller's default
+        assert c_answers[-3:-1] == [[0], [0]]  # no table: the caller's default
+        assert c_answers[-1] == c_answers[0] != [0]  # a target named in any case, as in Python
         counts = dict.fromkeys(counts, 0)
         for (target, dtype, asked), c in zip(queries, c_answers, strict=False):
             shape = Shape(dict(zip(dims, asked, strict=True)))
