@@ -512,6 +512,10 @@ def test_replay_reads_any_space_file_cleanly(tilewise: Cli, spaces: Path, conten
     if outcome.code == 0:
         json.loads(outcome.stdout, parse_constant=_not_json)  # NaN and Infinity are not JSON
         assert outcome.stderr == "", outcome
+    elif outcome.code == 1:  # searched, and nothing it proposed ran: said on one line
+        assert json.loads(outcome.stdout, parse_constant=_not_json)["best"]["time_ms"] is None
+        assert outcome.stderr.startswith("nothing ran successfully"), outcome
+        assert outcome.stderr.count("\n") == 1, outcome
     else:
         tilewise.assert_rejected(outcome, argv, "replay")
 

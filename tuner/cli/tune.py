@@ -13,6 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from tilewise.cli._common import (
+    ONE_LINE,
     DbOpt,
     DtypeOpt,
     JsonOpt,
@@ -266,6 +267,9 @@ def _tune_replay(
     except TilewiseError as exc:
         fail(str(exc))
     run = replay_search(replay, sampler, budget=budget)
+    # The rows among the combinations of the columns' values: a strategy proposing from the
+    # values (tpe, random) meets few rows of a sparse file, such as a short tune's records.
+    combinations = math.prod(len(v) for v in replay.values.values())
     result = {
         "space": space,
         "strategy": strategy,
@@ -273,14 +277,27 @@ def _tune_replay(
         "evaluations": replay.evaluations,
         "infeasible": replay.infeasible,
         "duplicates": run.duplicates,
+        "configs": replay.configs,
+        "combinations": combinations,
         "optimum_ms": replay.optimum_ms,
         "ratio": run.best_ms / replay.optimum_ms if run.best_ms is not None else None,
     }
     if as_json:
         print(json.dumps(result))
-        return
     if run.best_ms is None:
-        fail(f"no configuration of {space} ran successfully in {replay.evaluations} evaluations")
+        why = (
+            f"{replay.infeasible} proposals were no row of the file, which holds "
+            f"{replay.configs} of the {combinations} combinations of its columns' values; "
+            "the default strategy draws from its rows"
+            if replay.infeasible
+            else "every configuration evaluated failed"
+        )
+        err.print(
+            f"nothing ran successfully in {replay.evaluations} evaluations ({why})", **ONE_LINE
+        )
+        raise typer.Exit(1)
+    if as_json:
+        return
     out.print(f"best {json.dumps(run.best_config)}: {run.best_ms:.4g} ms")
     out.print(
         f"{replay.evaluations} evaluations, {replay.infeasible} infeasible proposals; "

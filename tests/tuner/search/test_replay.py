@@ -145,6 +145,26 @@ def test_tune_replay_json(space_file: Path, tmp_path: Path) -> None:
     assert not (tmp_path / "data").exists()  # nothing stored
 
 
+def test_tune_replay_of_a_sparse_file_says_why_nothing_ran(tmp_path: Path) -> None:
+    """Ten rows among 1,000 combinations of the columns' values, as a short tune's records:
+    random proposals meet none of them, and the run says so (exit 1); the default draws from
+    the rows."""
+    space = tmp_path / "sparse.csv"
+    rows = [(i, 10 * i, 100 * i) for i in range(10)]  # each value in one row; one row failed
+    lines = [f"{a},{b},{c},{2.0 + a if a else 'inf'}" for a, b, c in rows]
+    space.write_text("a,b,c,time_ms\n" + "\n".join(lines) + "\n")
+    args = ("tune", "replay", "--space", str(space), "--budget", "3", "--seed", "0")
+    done = _tilewise(*args, "--strategy", "random", "--json", tmp_path=tmp_path)
+    assert done.returncode == 1, done.stderr
+    result = json.loads(done.stdout)
+    assert result["best"]["time_ms"] is None and result["evaluations"] == 0
+    assert (result["configs"], result["combinations"]) == (10, 1000)
+    assert "which holds 10 of the 1000 combinations of its columns' values" in done.stderr
+    found = _tilewise(*args, "--strategy", "default", "--json", tmp_path=tmp_path)
+    assert found.returncode == 0, found.stderr
+    assert json.loads(found.stdout)["best"]["time_ms"] >= 2.0
+
+
 def test_tune_replay_needs_a_space(tmp_path: Path) -> None:
     done = _tilewise("tune", "replay", "--budget", "3", tmp_path=tmp_path)
     assert done.returncode == 2 and done.stderr.startswith("error: replay needs --space")
