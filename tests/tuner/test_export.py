@@ -29,7 +29,7 @@ from tilewise.export import (
 from tilewise.kernels.ops import OPS, get_op
 from tilewise.kernels.targets import get_target
 from tilewise.runtime import TilingTable
-from tilewise.types import Shape, Tiling, Workload
+from tilewise.types import MAX_DIM, Shape, Tiling, Workload
 
 DRIVER = Path(__file__).parent / "header_driver" / "driver.c"
 LAG = get_op("linear_add_gelu")
@@ -491,10 +491,13 @@ def test_header_answers_as_python_does(op: str, tmp_path: Path) -> None:
                 ("cpu-twin", "float64", asked),
                 ("gpu", "float32", asked),
                 (target.upper(), dtype, asked),
+                (target, dtype, (MAX_DIM + 1, *asked[1:])),
+                (target, dtype, (2**63 - 1, *asked[1:])),
             ],
         )
-        assert c_answers[-3:-1] == [[0], [0]]  # no table: the caller's default
-        assert c_answers[-1] == c_answers[0] != [0]  # a target named in any case, as in Python
+        assert c_answers[-5:-3] == [[0], [0]]  # no table: the caller's default
+        assert c_answers[-3] == c_answers[0] != [0]  # a target named in any case, as in Python
+        assert c_answers[-2:] == [[0], [0]]  # a dim Python refuses (no overflow on the way)
         counts = dict.fromkeys(counts, 0)
         for (target, dtype, asked), c in zip(queries, c_answers, strict=False):
             shape = Shape(dict(zip(dims, asked, strict=True)))

@@ -20,7 +20,7 @@ from tilewise.export._document import (
     is_default_tiling,
     load_entries,
 )
-from tilewise.types import Shape, Tiling
+from tilewise.types import MAX_DIM, Shape, Tiling
 
 if TYPE_CHECKING:
     import jinja2
@@ -161,6 +161,7 @@ def render_header(doc: Mapping[str, Any], *, op: str) -> str:
         least_init=braces(spec.dim_floors.get(d, 1) for d in dims),
         asked_init=braces(dims),
         carry_helpers=CARRY_C_HELPERS,
+        max_dim=MAX_DIM,
         # Asked for a portfolio, the header has its functions even where no group has one yet
         # (they answer -1 and 0): a host written against them builds before anything is tuned.
         portfolio=_portfolio_note(doc) if portfolios or doc.get("portfolio") else None,
