@@ -337,13 +337,14 @@ def test_cli_exports_a_portfolio_with_its_report(store: st.Store, tmp_path: Path
     assert done.returncode == 0, done.stderr
     assert "TILEWISE_LINEAR_ADD_GELU_CPU_TWIN_FLOAT32_MEMBERS 1" in header.read_text()
 
-    done = tilewise("export", LAG.name, "--db", store.url, "--report", tmp_path=tmp_path)
-    assert done.returncode == 2 and "go with --portfolio K" in done.stderr
+    for alone in (["--report"], ["--within", "5"]):  # 5 is the default, and still no portfolio
+        done = tilewise("export", LAG.name, "--db", store.url, *alone, tmp_path=tmp_path)
+        assert done.returncode == 2 and "go with --portfolio K" in done.stderr
     done = tilewise("export", LAG.name, "--db", store.url, "--portfolio", "0", tmp_path=tmp_path)
     assert done.returncode == 2 and "at least 1" in done.stderr
     done = tilewise("export", LAG.name, "--db", store.url, "--portfolio", "2", "--within", "-5",
                     tmp_path=tmp_path)  # fmt: skip
-    assert done.returncode == 2 and "a percent from 0 up to 1000, got -5" in done.stderr
+    assert done.returncode == 2 and "at least 0 and below 1000, got -5" in done.stderr
 
 
 @pytest.mark.slow

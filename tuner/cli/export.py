@@ -57,9 +57,11 @@ def export(
         ),
     ] = None,
     within: Annotated[
-        float,
-        typer.Option("--within", help="With --portfolio: percent of a shape's tuned latency."),
-    ] = 5.0,
+        float | None,
+        typer.Option(
+            "--within", help="With --portfolio: percent of a shape's tuned latency [default: 5]."
+        ),
+    ] = None,
     measure: Annotated[
         bool,
         typer.Option(
@@ -87,10 +89,11 @@ def export(
     try:
         if fmt not in FORMATS:
             raise InputError(f"unknown format {fmt!r}; one of: {', '.join(FORMATS)}")
-        if portfolio is None and (report or within != 5.0):
+        if portfolio is None and (report or within is not None):
             raise InputError("--within and --report go with --portfolio K")
+        within = 5.0 if within is None else within
         if not 0 <= within < 1000:  # in the unit the option is given in, not as a share
-            raise InputError(f"--within takes a percent from 0 up to 1000, got {within:g}")
+            raise InputError(f"--within takes a percent at least 0 and below 1000, got {within:g}")
         exporting.canonical_filters(op, target, dtype)  # bad names fail before the DB
         path = output_path(output)
         from tilewise import store
