@@ -102,6 +102,21 @@ def test_ops_lists_dims_dtypes_and_tunables(tmp_path: Path) -> None:
     assert table.returncode == 0 and "scale_relu_dropout" in table.stdout
 
 
+def test_db_upgrade_says_what_it_did(tmp_path: Path) -> None:
+    from tilewise import store
+
+    db = f"sqlite:///{tmp_path / 'tw.db'}"
+    (tmp_path / "tw.db").touch()  # an empty file: no schema yet
+    created = tilewise("db", "upgrade", tmp_path=tmp_path, db=db)
+    assert created.returncode == 0 and "database schema created at revision" in created.stdout
+    again = tilewise("db", "upgrade", tmp_path=tmp_path, db=db)
+    assert again.returncode == 0 and again.stdout.strip().endswith("nothing to do")
+    old = f"sqlite:///{tmp_path / 'old.db'}"
+    assert store.migrate(old, revision="0001") == (None, "0001")
+    upgraded = tilewise("db", "upgrade", tmp_path=tmp_path, db=old)
+    assert upgraded.returncode == 0 and "upgraded from revision 0001 to" in upgraded.stdout
+
+
 def test_show_not_tuned(tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path / 'empty.db'}"
     assert tilewise("db", "upgrade", tmp_path=tmp_path, db=db).returncode == 0

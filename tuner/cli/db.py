@@ -16,7 +16,12 @@ def db_upgrade(db: DbOpt = None) -> None:
 
     settings = settings_for(db)
     try:
-        store.migrate(settings.db_url)
+        before, after = store.migrate(settings.db_url)
     except TilewiseError as exc:
         fail(str(exc))
-    out.print("database is at the newest revision")
+    if before == after:
+        out.print(f"database is at the newest revision ({after}): nothing to do")
+    elif before is None:
+        out.print(f"database schema created at revision {after}")
+    else:
+        out.print(f"database upgraded from revision {before} to {after}")

@@ -272,8 +272,9 @@ def check_schema(engine: Engine) -> str | None:
     )
 
 
-def migrate_engine(engine: Engine, *, revision: str = "head") -> None:
-    """Upgrade the database behind ``engine`` to ``revision``; safe to run concurrently."""
+def migrate_engine(engine: Engine, *, revision: str = "head") -> tuple[str | None, str | None]:
+    """Upgrade the database behind ``engine`` to ``revision``; safe to run concurrently.
+    Returns its revisions before and after (None: no schema)."""
     config = alembic_config()
     try:
         with engine.begin() as connection:
@@ -285,16 +286,20 @@ def migrate_engine(engine: Engine, *, revision: str = "head") -> None:
                     sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_MIGRATION_LOCK}
                 )
             config.attributes["connection"] = connection
+            before = current_revision(connection)
             command.upgrade(config, revision)
+            after = current_revision(connection)
     except DBAPIError as exc:
         raise _translate(exc, engine) from exc
+    return before, after
 
 
-def migrate(url: str | URL, *, revision: str = "head") -> None:
-    """``alembic upgrade <revision>`` on the database at ``url`` (creating a SQLite file)."""
+def migrate(url: str | URL, *, revision: str = "head") -> tuple[str | None, str | None]:
+    """``alembic upgrade <revision>`` on the database at ``url`` (creating a SQLite file).
+    Returns its revisions before and after (None: no schema)."""
     engine = create_engine(url)
     try:
-        migrate_engine(engine, revision=revision)
+        return migrate_engine(engine, revision=revision)
     finally:
         engine.dispose()
 
