@@ -337,8 +337,13 @@ def test_an_op_with_two_outputs_returns_and_takes_a_tuple(settings: Settings) ->
     assert_matches(grad, shape, "float32", inputs, got)
     with pytest.raises(InputError, match=r"out must be a tuple of 2 arrays \(dg, du\), got 1"):
         ops.swiglu_grad(*inputs.values(), out=out[0])
-    with pytest.raises(InputError, match=r"out \(du\) overlaps the input dg"):
+    with pytest.raises(InputError, match=r"out \(du\) overlaps out \(dg\)$"):
         ops.swiglu_grad(*inputs.values(), out=(out[0], out[0]))
+    first = next(iter(inputs))
+    with pytest.raises(InputError, match=rf"out \(dg\) overlaps the input {first}$"):
+        ops.swiglu_grad(*inputs.values(), out=(inputs[first], out[1]))
+    listed = ops.swiglu_grad(*inputs.values(), out=list(out))  # a list for the tuple
+    assert listed[0] is out[0] and listed[1] is out[1]
 
 
 def test_variants_come_from_the_tuners_build_cache(settings: Settings) -> None:

@@ -387,7 +387,7 @@ def _outputs(
     """Each output's array by GM name: ``out``'s, checked, or new ones."""
     if out is None:
         return {name: np.empty(shape, NUMPY_DTYPES[dtype]) for name, shape in shapes.items()}
-    given = out if isinstance(out, tuple) else (out,)
+    given = tuple(out) if isinstance(out, tuple | list) else (out,)
     if len(given) != len(shapes):
         raise InputError(
             f"{spec.name}: out must be {'a tuple of ' if len(shapes) > 1 else ''}"
@@ -396,8 +396,9 @@ def _outputs(
         )
     arrays = dict(zip(shapes, given, strict=True))
     for i, (name, array) in enumerate(arrays.items()):
-        # Another output counts as an input here: two outputs must not overlap either.
-        others = {**inputs, **dict(list(arrays.items())[:i])}
+        # Two outputs must not overlap either.
+        others = {f"the input {n}": v for n, v in inputs.items()}
+        others.update((f"out ({n})", v) for n, v in list(arrays.items())[:i])
         _check_out(spec, name, array, shapes[name], dtype, others)
     return arrays
 
@@ -408,8 +409,10 @@ def _check_out(
     out: Any,
     shape: tuple[int, ...],
     dtype: str,
-    inputs: Mapping[str, np.ndarray],
+    others: Mapping[str, np.ndarray],
 ) -> None:
+    """``out`` as the output ``name``: its dtype, shape, writability, and no overlap with
+    ``others`` (the inputs and the outputs checked before, by how a message names them)."""
     array = _check_array(spec, f"out ({name})", out)
     if array.dtype != np.dtype(NUMPY_DTYPES[dtype]) or array.shape != shape:
         raise InputError(
@@ -418,6 +421,6 @@ def _check_out(
         )
     if not array.flags.writeable:
         raise InputError(f"{spec.name}: out ({name}) is read-only")
-    for other, value in inputs.items():
+    for other, value in others.items():
         if np.may_share_memory(array, value):
-            raise InputError(f"{spec.name}: out ({name}) overlaps the input {other}")
+            raise InputError(f"{spec.name}: out ({name}) overlaps {other}")
