@@ -52,10 +52,11 @@ class Answer:
 
     ``member`` is, for rule ``portfolio``, the index of the portfolio member answering (into
     the section's ``members``; the C header's ``<prefix>_member``), None otherwise. A
-    portfolio's tuned shape answers with source ``exact``, any other shape ``nearest``, or
-    ``default`` where the member is the op's default tiling or its re-derived values do not
-    fit int32 (the header's "use your default"); ``workload``, ``latency_us`` and
-    ``distance`` are then those of the tuned shape whose member it is.
+    portfolio's tuned shape answers with source ``exact``, also where its member is the op's
+    default tiling (the header's "use your default" is then the same tiling); any other shape
+    ``nearest``, or ``default`` where the member is the op's default tiling or its re-derived
+    values do not fit int32 (the header's "use your default"); ``workload``, ``latency_us``
+    and ``distance`` are then those of the tuned shape whose member it is.
     """
 
     tiling: Tiling
