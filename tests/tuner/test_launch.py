@@ -250,6 +250,16 @@ def test_a_shape_too_large_for_the_tiling_struct_is_an_input_error(settings: Set
         ops.output_shapes("swiglu", "float16", {"g": big, "u": big}, {})
 
 
+def test_load_ops_names_a_bad_source_or_device_on_the_twin_too(settings: Settings) -> None:
+    for device in (-1, "a", True, 1.0):
+        with pytest.raises(InputError, match="device must be a non-negative integer"):
+            load_ops(TilingTable([]), device=device, settings=settings)  # type: ignore[arg-type]
+    with pytest.raises(InputError, match=r"load_ops takes a TilingTable, .* got int"):
+        load_ops(5, settings=settings)  # type: ignore[arg-type]
+    with pytest.raises(InputError, match="named by a path, got NoneType"):
+        TilingTable.from_file(None)  # type: ignore[arg-type]
+
+
 def test_unknown_op_and_conv_attributes(settings: Settings) -> None:
     ops = load_ops(TilingTable([]), settings=settings)
     with pytest.raises(AttributeError, match="no op 'matmul'"):

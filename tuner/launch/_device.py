@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from tilewise.errors import BackendError
+from tilewise.errors import BackendError, InputError
 from tilewise.kernels.backends import Backend, BuildResult
 from tilewise.kernels.ops import GmArg, OpSpec
 from tilewise.kernels.targets import TargetProfile, get_target
@@ -115,6 +115,10 @@ def open_device(target: str, *, settings: Settings, device: int = 0) -> Device:
         BackendError: the backend's toolkit is missing (e.g. no CANN for an Ascend target).
     """
     profile = get_target(target)
+    # Checked for every target: the twin has one device and ignores the id, but a program
+    # run here with a bad one would fail only on an NPU host.
+    if isinstance(device, bool) or not isinstance(device, int) or device < 0:
+        raise InputError(f"device must be a non-negative integer, got {device!r}")
     module, _, name = DEVICES[profile.backend].partition(":")
     made: Device = getattr(importlib.import_module(module), name)(
         profile, settings=settings, device=device

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
+from tilewise.errors import InputError
 from tilewise.launch._device import open_device
 from tilewise.launch._ops import TARGET, Ops
 from tilewise.runtime import TilingTable
@@ -50,6 +51,11 @@ def load_ops(
         table = source
     elif source is None:
         table = TilingTable.from_db(settings.db_url, target=name)
+    elif not isinstance(source, str | os.PathLike):
+        raise InputError(
+            "load_ops takes a TilingTable, a service or database URL, a table file or None, "
+            f"got {type(source).__name__}"
+        )
     else:
         text = os.fspath(source)
         if text.startswith(("http://", "https://")):

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -193,6 +194,8 @@ class TilingTable:
             TableFormatError: not a valid document (truncated, other format version ...).
             InputError: the file cannot be read.
         """
+        if not isinstance(path, str | os.PathLike):
+            raise InputError(f"a tiling table file is named by a path, got {type(path).__name__}")
         try:
             data = Path(path).read_bytes()
         except OSError as exc:
