@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -65,3 +67,12 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path: Path) -> 
     with pytest.raises(UnicodeEncodeError):
         write_atomically(path, "half \udcff")  # a lone surrogate: no UTF-8 for it
     assert path.read_text() == "old" and leftovers(tmp_path) == []
+
+
+def test_dev_stdout_into_a_pipe_is_written_to_the_pipe() -> None:
+    """/dev/stdout is a link to a pipe that no path names: opened by its own name."""
+    code = "from tilewise.files import write_atomically; write_atomically('/dev/stdout', 'piped')"
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert (done.returncode, done.stdout) == (0, "piped"), done.stderr

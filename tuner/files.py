@@ -17,15 +17,16 @@ def write_atomically(path: str | Path, text: str) -> Path:
     file (a FIFO, ``/dev/stdout``) is written in place, as a shell redirection would: a rename
     would put a regular file where the pipe or device was.
     """
-    target = Path(os.path.realpath(path))
     try:
-        mode: int | None = target.stat().st_mode
+        mode: int | None = os.stat(path).st_mode  # through any links
     except FileNotFoundError:
         mode = None
     if mode is not None and not stat.S_ISREG(mode):
-        with open(target, "w", encoding="utf-8", newline="\n") as handle:
+        # Opened by its own name: /dev/stdout is a link to a pipe no path names.
+        with open(path, "w", encoding="utf-8", newline="\n") as handle:
             handle.write(text)
-        return target
+        return Path(path)
+    target = Path(os.path.realpath(path))
     fd, temp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
