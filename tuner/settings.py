@@ -11,7 +11,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from pydantic import Field, ValidationError, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from tilewise.errors import ConfigError
 
@@ -67,7 +67,9 @@ class Settings(BaseSettings):
     # Run and measure
     runner_threads: int = Field(default=0, ge=0, description="0 = one per host core.")
     run_timeout_s: float = Field(default=60.0, gt=0, description="A launch slower is a hang.")
-    warmup: int = Field(default=1, ge=0)
+    # Bounded: the runner reads launch counts as uint32, and a measurement stops at
+    # max_measure_s long before either bound.
+    warmup: int = Field(default=1, ge=0, le=100_000)
     warmup_s: float = Field(
         default=0.1,
         ge=0,
@@ -75,7 +77,7 @@ class Settings(BaseSettings):
         description="Seconds of discarded launches before each measurement on the twin: a "
         "host core that sat idle while the tuner fitted its surrogates comes back to full speed.",
     )
-    repeats: int = Field(default=7, ge=1)
+    repeats: int = Field(default=7, ge=1, le=100_000)
     max_measure_s: float = Field(default=2.0, gt=0, description="Stop repeating after this.")
     remeasure_top: int = Field(default=3, ge=0, description="Best tilings re-measured at the end.")
 
@@ -152,6 +154,13 @@ def get_settings() -> Settings:
     :class:`~tilewise.errors.ConfigError` naming the variable, not a pydantic traceback."""
     try:
         return Settings()
+    except SettingsError as exc:  # a list or mapping variable that is not JSON
+        raise ConfigError(
+            f"bad setting: {exc}: a list is written as JSON, e.g. "
+            "TILEWISE_CORS_ORIGINS='[\"https://a.example\"]'"
+        ) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"bad setting: .env is not UTF-8 text ({exc.reason})") from None
     except ValidationError as exc:
         problems = "; ".join(
             f"TILEWISE_{'_'.join(str(part) for part in e['loc']).upper()}={e.get('input')!r}: "

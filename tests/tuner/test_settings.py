@@ -1,0 +1,39 @@
+"""tilewise.settings.get_settings: a bad value in the environment or .env is one ConfigError
+naming it, never a traceback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tilewise.errors import ConfigError
+from tilewise.settings import get_settings
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.chdir(tmp_path)  # no .env but the test's own
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("TILEWISE_REPEATS", "4294967296", "TILEWISE_REPEATS='4294967296': Input should be less"),
+        ("TILEWISE_WARMUP", str(2**32), "TILEWISE_WARMUP="),
+        ("TILEWISE_REPEATS", "0", "TILEWISE_REPEATS='0': Input should be greater"),
+        ("TILEWISE_CORS_ORIGINS", "http://a", '"cors_origins".*a list is written as JSON'),
+    ],
+)
+def test_a_bad_variable_is_a_config_error_naming_it(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str, message: str
+) -> None:
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError, match=message):
+        get_settings()
+
+
+def test_a_dotenv_that_is_not_utf8_is_named(tmp_path: Path) -> None:
+    (tmp_path / ".env").write_bytes(b"TILEWISE_REPEATS=3\n\xff\xfe x\n")
+    with pytest.raises(ConfigError, match=r"\.env is not UTF-8 text"):
+        get_settings()
