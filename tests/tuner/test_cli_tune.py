@@ -42,6 +42,19 @@ def test_a_second_tune_says_it_continues_the_study(tmp_path: Path) -> None:
     assert json.loads(third.stdout)["earlier_evaluations"] > said
 
 
+def test_a_tune_that_ran_nothing_exits_1_with_and_without_json(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'tw.db'}"
+    args = ("tune", "scale_relu_dropout", "--shape", SHAPE, "--budget", "3", "--seconds", "1e-6")
+    for json_flag in (("--json",), ()):
+        done = tilewise(*args, *json_flag, tmp_path=tmp_path, db=url)
+        assert done.returncode == 1, done.stderr
+        assert done.stderr.strip().splitlines()[-1] == (
+            "error: the time limit of 1e-06 s ran out before the first evaluation"
+        )
+        if json_flag:
+            assert json.loads(done.stdout)["best"] is None
+
+
 def test_ctrl_c_stops_after_the_evaluation_in_flight_and_says_what_was_kept(
     tmp_path: Path,
 ) -> None:

@@ -154,9 +154,18 @@ def tune(
 
     if as_json:
         print(json.dumps(result.to_dict()))
+    if result.best is None:  # it ran, and found nothing: exit 1, as tune-set's failed workload
+        evaluations = result.progress.evaluations
+        why = (
+            f"the time limit of {seconds:g} s ran out before the first evaluation"
+            if evaluations == 0 and seconds is not None
+            else f"no tiling ran successfully in {evaluations} evaluations; see `tilewise show` "
+            "and the records for reasons"
+        )
+        err.print(f"error: {why}", **ONE_LINE)
+        raise typer.Exit(1)
+    if as_json:
         return
-    if result.best is None:
-        fail("no tiling ran successfully; see `tilewise show` and the records for reasons")
     table = Table(title=f"{spec.name} {parsed} {dtype} on {profile.name}")
     table.add_column("")
     table.add_column("tiling")
