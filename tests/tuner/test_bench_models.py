@@ -160,6 +160,24 @@ def test_the_report_prints_as_a_table(
     assert "per-call overhead" in printed and "swiglu_mlp" in printed
 
 
+def test_the_report_of_a_run_without_tuning_prints(
+    report: dict[str, Any],
+    settings: Settings,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    todo = [(e["op"], e["dtype"], Shape(e["shape"])) for e in report["tuning"]]
+    untuned = models.tune(
+        todo, db_url=f"sqlite:///{tmp_path / 'fresh.db'}", budget=0, settings=settings, seed=0,
+        log=print,
+    )  # fmt: skip
+    assert {e["tuned"] for e in untuned} == {"no: budget 0"}
+    for entry in untuned:
+        entry["source"] = "default"  # as the run's table answers, nothing tuned
+    models.print_report({**report, "tuning": untuned}, 200)
+    assert "tuned no: budget 0; the table's tiling" in capsys.readouterr().out
+
+
 def test_a_wrong_tilewise_output_stops_the_run_before_timing(
     settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:

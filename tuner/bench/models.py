@@ -430,8 +430,10 @@ def print_report(report: Mapping[str, Any], width: int) -> None:
         markup=False,
     )
     for entry in report["tuning"]:
-        extra = f", {entry['evaluations']} evaluations in {entry['seconds']} s" * (
-            entry["tuned"] == "now"
+        extra = (
+            f", {entry['evaluations']} evaluations in {entry['seconds']} s"
+            if entry["tuned"] == "now"
+            else ""
         )
         wide.print(
             f"{entry['op']} {entry['shape']}: tuned {entry['tuned']}{extra}; the table's "
