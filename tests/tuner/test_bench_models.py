@@ -192,16 +192,21 @@ def test_a_wrong_tilewise_output_stops_the_run_before_timing(
 
 
 @pytest.mark.parametrize(
-    ("args", "message"),
+    ("command", "args", "message"),
     [
-        (("--tokens", "1,x"), "--tokens must be positive integers"),
-        (("--tokens", "0"), "--tokens must be positive integers"),
-        (("--rounds", "0"), "rounds must be at least 1"),
-        (("--budget", "-1"), "budget must be 0 or more"),
+        ("models", ("--tokens", "1,x"), "--tokens must be positive integers"),
+        ("models", ("--tokens", "0"), "--tokens must be positive integers"),
+        ("models", ("--tokens", "99999999"), "--tokens: at most 65536 tokens, got 99999999"),
+        ("models", ("--rounds", "0"), "rounds must be at least 1"),
+        ("models", ("--budget", "-1"), "budget must be 0 or more"),
+        ("models", ("--budget", "5001"), "budget must be at most 5000"),
+        ("models", ("--seed", "-1"), "seed must be between 0 and"),
+        ("kernels", ("--seed", "-1"), "seed must be between 0 and"),
+        ("kernels", ("--budget", "999999"), "budget must be at most 5000"),
     ],
 )
 def test_bad_options_fail_before_anything_runs(
-    tmp_path: Path, args: tuple[str, ...], message: str
+    tmp_path: Path, command: str, args: tuple[str, ...], message: str
 ) -> None:
-    done = tilewise_cli("bench", "models", *args, tmp_path=tmp_path)
+    done = tilewise_cli("bench", command, *args, tmp_path=tmp_path)
     assert done.returncode == 2 and message in done.stderr, done.stderr

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from tilewise.cli._common import Typer, app, err, fail, out, output_path
+from tilewise.cli._common import Typer, app, check_seed, err, fail, out, output_path
 from tilewise.errors import InputError, TilewiseError
 
 DEFAULT_STRATEGIES = ("random", "tpe", "default")
@@ -44,8 +44,11 @@ def kernels(
     try:
         if budget < 0:
             raise InputError(f"budget must be 0 or more, got {budget}")
+        check_seed(seed)
         todo = bench.cases(op)
         settings = get_settings()
+        if not budget <= settings.max_budget:
+            raise InputError(f"budget must be at most {settings.max_budget}, got {budget}")
         backend = create_backend("cpu-twin")
     except TilewiseError as exc:
         fail(str(exc))
@@ -92,6 +95,7 @@ def models(
             raise InputError(f"rounds must be at least 1, got {rounds}")
         if budget < 0:
             raise InputError(f"budget must be 0 or more, got {budget}")
+        check_seed(seed)
         try:
             from tilewise.bench import models as bench
         except ImportError as exc:
@@ -132,7 +136,14 @@ def _counts(text: str) -> list[int]:
         counts = []
     if not counts or any(c < 1 for c in counts):
         raise InputError(f"--tokens must be positive integers separated by commas, got {text!r}")
+    if max(counts) > MAX_TOKENS:
+        raise InputError(f"--tokens: at most {MAX_TOKENS} tokens, got {max(counts)}")
     return counts
+
+
+#: The most tokens a models bench takes: its MLP's activations at 64k tokens take about 0.5 GB
+#: per tensor.
+MAX_TOKENS = 65536
 
 
 @bench_app.command("search")
