@@ -145,7 +145,17 @@ class Settings(BaseSettings):
     @field_validator("cache_dir", "study_journal_dir")
     @classmethod
     def _expand(cls, value: Path | None) -> Path | None:
-        return None if value is None else value.expanduser()
+        if value is None:
+            return None
+        value = value.expanduser()
+        # A file on the way fails the first build or study, after the database was written:
+        # refused here, before anything is.
+        for place in (value, *value.parents):
+            if place.exists():
+                if not place.is_dir():
+                    raise ValueError(f"{place} is not a directory")
+                break
+        return value
 
 
 @lru_cache(maxsize=1)

@@ -42,3 +42,14 @@ def test_a_dotenv_that_is_not_utf8_is_named(tmp_path: Path) -> None:
     (tmp_path / ".env").write_bytes(b"TILEWISE_REPEATS=3\n\xff\xfe x\n")
     with pytest.raises(ConfigError, match=r"\.env is not UTF-8 text"):
         get_settings()
+
+
+@pytest.mark.parametrize("below", ["", "sub"])
+@pytest.mark.parametrize("name", ["TILEWISE_CACHE_DIR", "TILEWISE_STUDY_JOURNAL_DIR"])
+def test_a_directory_setting_that_meets_a_file_is_refused(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, name: str, below: str
+) -> None:
+    (tmp_path / "afile").touch()
+    monkeypatch.setenv(name, str(tmp_path / "afile" / below))
+    with pytest.raises(ConfigError, match=f"{name}=.*{tmp_path / 'afile'} is not a directory"):
+        get_settings()
