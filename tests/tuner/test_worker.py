@@ -447,6 +447,27 @@ def _free_port() -> int:
 
 
 @pytest.mark.slow
+def test_serve_on_a_port_in_use_is_one_error_line(tmp_path: Path, twin_cache: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'serve.db'}"
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            _cli("serve", "--port", str(port), "--workers", "0", "--db", url),
+            env=_env(twin_cache),
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"error: the API could not start on 127.0.0.1:{port} (see the log above)"
+    )
+
+
 def test_serve_runs_the_api_and_supervised_workers(tmp_path: Path, twin_cache: Path) -> None:
     (tmp_path / "stub_api.py").write_text(STUB_APP)
     url = f"sqlite:///{tmp_path / 'data' / 'serve.db'}"

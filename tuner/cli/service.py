@@ -8,6 +8,7 @@ every worker to stop (each finishes its trial in flight and hands its job back),
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import ipaddress
 import logging
@@ -295,7 +296,9 @@ def serve(
     )
     try:
         pool.start()
-        server.run()
+        # uvicorn exits by itself when it cannot bind: said on the error line below.
+        with contextlib.suppress(SystemExit):
+            server.run()
     finally:
         pool.stop()
         for s, handler in previous.items():
