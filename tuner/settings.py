@@ -67,9 +67,9 @@ class Settings(BaseSettings):
     # Run and measure
     runner_threads: int = Field(default=0, ge=0, description="0 = one per host core.")
     run_timeout_s: float = Field(default=60.0, gt=0, description="A launch slower is a hang.")
-    # Bounded: the runner reads launch counts as uint32, and a measurement stops at
-    # max_measure_s long before either bound.
-    warmup: int = Field(default=1, ge=0, le=100_000)
+    # Bounded by what the runner reads them as (32-bit counts); a measurement still stops at
+    # max_measure_s, which is how a test makes each one last a second.
+    warmup: int = Field(default=1, ge=0, le=2**31 - 1)
     warmup_s: float = Field(
         default=0.1,
         ge=0,
@@ -77,7 +77,7 @@ class Settings(BaseSettings):
         description="Seconds of discarded launches before each measurement on the twin: a "
         "host core that sat idle while the tuner fitted its surrogates comes back to full speed.",
     )
-    repeats: int = Field(default=7, ge=1, le=100_000)
+    repeats: int = Field(default=7, ge=1, le=2**31 - 1)
     max_measure_s: float = Field(default=2.0, gt=0, description="Stop repeating after this.")
     remeasure_top: int = Field(default=3, ge=0, description="Best tilings re-measured at the end.")
 
