@@ -13,6 +13,7 @@ import pytest
 import sqlalchemy as sa
 from optuna.storages.journal import JournalFileBackend, JournalStorage
 from optuna.trial import TrialState
+from pydantic import ValidationError
 from tests_support import wsgi_get
 
 from tests.fakes import FakeBackend
@@ -135,11 +136,11 @@ def test_another_workload_gets_another_file(tmp_path: Path) -> None:
 def test_a_journal_dir_that_cannot_be_made_is_a_store_error_naming_it(tmp_path: Path) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
-    settings = Settings(
-        db_url=f"sqlite:///{tmp_path / 'tw.db'}",
-        cache_dir=tmp_path / "cache",
-        study_journal_dir=blocker / "studies",
-    )
+    settings = Settings(db_url=f"sqlite:///{tmp_path / 'tw.db'}", cache_dir=tmp_path / "cache")
+    # Refused when the settings are read; a file that appears there later is met by the tune.
+    with pytest.raises(ValidationError, match="a-file is not a directory"):
+        Settings(study_journal_dir=blocker / "studies")
+    settings = settings.model_copy(update={"study_journal_dir": blocker / "studies"})
     tuner = _tuner(settings)
     with pytest.raises(StoreError, match=r"cannot reach the Optuna study journal .*a-file/studies"):
         _run(tuner, 3)
