@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.abc
 import json
 import os
 import signal
@@ -11,7 +12,10 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from tests_support import tilewise
+
+from tilewise import __version__
 
 SHAPE = "N=4096"
 
@@ -96,3 +100,32 @@ def test_the_summary_says_what_proposing_cost(tmp_path: Path) -> None:
     shown = tilewise(*args, tmp_path=tmp_path, db=f"sqlite:///{tmp_path / 'b.db'}")
     assert shown.returncode == 0, shown.stderr
     assert "s median per proposal (CPU" in shown.stdout and "s in all" in shown.stdout
+
+
+def test_ctrl_c_while_the_command_imports_is_one_line_and_exit_130(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The entry point's imports take a few hundred ms; a Ctrl-C inside them (raised here by
+    the import system at the command's package) ends as a Ctrl-C later does, not in a
+    traceback."""
+    from tilewise.__main__ import main
+
+    class Interrupted(importlib.abc.MetaPathFinder):
+        def find_spec(self, name: str, path: object, target: object = None) -> None:
+            if name == "tilewise.cli":
+                raise KeyboardInterrupt
+
+    monkeypatch.delitem(sys.modules, "tilewise.cli", raising=False)
+    monkeypatch.setattr(sys, "meta_path", [Interrupted(), *sys.meta_path])
+    with pytest.raises(SystemExit) as stopped:
+        main()
+    assert stopped.value.code == 130
+    assert capsys.readouterr().err == "interrupted\n"
+
+
+def test_python_dash_m_tilewise_is_the_command() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "tilewise", "--version"], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["tilewise", __version__]
