@@ -6,14 +6,36 @@ Every field can be set from the environment with the ``TILEWISE_`` prefix (``TIL
 
 from __future__ import annotations
 
+import contextlib
+import difflib
+import logging
 import os
+from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
 
+from dotenv import dotenv_values
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from tilewise.errors import ConfigError
+
+_log = logging.getLogger("tilewise.settings")
+
+#: TILEWISE_ variables read outside the settings: the cpu-twin's profile (tilewise.kernels.targets)
+#: and the test suite's own.
+OTHER_VARIABLES = frozenset(
+    {
+        "TILEWISE_TWIN_PROFILE",
+        "TILEWISE_TEST_PG_URL",
+        "TILEWISE_UPDATE_GOLDEN",
+        "TILEWISE_RELIABILITY_REPORT",
+        "TILEWISE_CHROMIUM",
+        "TILEWISE_FAKE_CANN",
+    }
+)
+#: Names people reach for that are far from the setting's own in spelling.
+_ALIASES = {"DATABASE_URL": "DB_URL", "DB": "DB_URL", "DATABASE": "DB_URL", "TOKEN": "API_TOKEN"}
 
 
 def _data_home() -> Path:
@@ -162,6 +184,11 @@ class Settings(BaseSettings):
 def get_settings() -> Settings:
     """The process's settings; a bad value in the environment or ``.env`` is a
     :class:`~tilewise.errors.ConfigError` naming the variable, not a pydantic traceback."""
+    names = dict(os.environ)
+    with contextlib.suppress(OSError, UnicodeDecodeError):  # a bad .env is named below
+        names.update({k: "" for k in dotenv_values(".env")})
+    for line in unknown_variables(names):
+        _log.warning("%s", line)
     try:
         return Settings()
     except SettingsError as exc:  # a list or mapping variable that is not JSON
@@ -178,3 +205,23 @@ def get_settings() -> Settings:
             for e in exc.errors()
         )
         raise ConfigError(f"bad setting: {problems}") from None
+
+
+def unknown_variables(environ: Mapping[str, str]) -> list[str]:
+    """One line per ``TILEWISE_`` name in ``environ`` that no setting reads (names are not
+    case-sensitive, as the settings take them), with the setting it likely meant."""
+    fields = [name.upper() for name in Settings.model_fields]
+    lines = []
+    for variable in sorted(environ):
+        name = variable.upper()
+        if not name.startswith("TILEWISE_") or name in OTHER_VARIABLES:
+            continue
+        rest = name.removeprefix("TILEWISE_")
+        if rest in fields:
+            continue
+        meant = _ALIASES.get(rest) or next(
+            iter(difflib.get_close_matches(rest, fields, n=1, cutoff=0.7)), None
+        )
+        hint = f" (did you mean TILEWISE_{meant}?)" if meant else ""
+        lines.append(f"{variable} is not a tilewise setting and is ignored{hint}")
+    return lines

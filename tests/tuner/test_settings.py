@@ -3,6 +3,8 @@ naming it, never a traceback."""
 
 from __future__ import annotations
 
+import logging
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -53,3 +55,29 @@ def test_a_directory_setting_that_meets_a_file_is_refused(
     monkeypatch.setenv(name, str(tmp_path / "afile" / below))
     with pytest.raises(ConfigError, match=f"{name}=.*{tmp_path / 'afile'} is not a directory"):
         get_settings()
+
+
+def test_a_near_miss_variable_is_named_with_the_setting_it_meant(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A misspelt TILEWISE_ name (in the environment or .env) would be ignored without a
+    word: the settings say so and suggest the name; the variables read elsewhere pass."""
+    for name in list(os.environ):
+        if name.upper().startswith("TILEWISE_"):
+            monkeypatch.delenv(name)
+    (tmp_path / ".env").write_text("TILEWISE_CACHEDIR=/tmp/x\nPATHS=1\n")
+    monkeypatch.setenv("TILEWISE_DATABASE_URL", "sqlite:///x.db")
+    monkeypatch.setenv("tilewise_repeat", "3")
+    monkeypatch.setenv("TILEWISE_SOMETHING_ELSE", "1")
+    monkeypatch.setenv("TILEWISE_TWIN_PROFILE", "910b")
+    monkeypatch.setenv("TILEWISE_WARMUP", "2")
+    with caplog.at_level(logging.WARNING, logger="tilewise.settings"):
+        assert get_settings().warmup == 2
+    assert caplog.messages == [
+        "TILEWISE_CACHEDIR is not a tilewise setting and is ignored "
+        "(did you mean TILEWISE_CACHE_DIR?)",
+        "TILEWISE_DATABASE_URL is not a tilewise setting and is ignored "
+        "(did you mean TILEWISE_DB_URL?)",
+        "TILEWISE_SOMETHING_ELSE is not a tilewise setting and is ignored",
+        "tilewise_repeat is not a tilewise setting and is ignored (did you mean TILEWISE_REPEATS?)",
+    ]
