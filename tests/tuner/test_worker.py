@@ -400,10 +400,15 @@ def test_ctrl_c_in_a_terminal_does_not_kill_the_trial_in_flight(
         db.close()
 
 
-def test_serve_refuses_a_public_address_without_a_token(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("host", "named"), [("0.0.0.0", "'0.0.0.0'"), ("", "every interface (host '')")]
+)
+def test_serve_refuses_a_public_address_without_a_token(
+    tmp_path: Path, host: str, named: str
+) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TILEWISE_")}
     done = subprocess.run(
-        _cli("serve", "--host", "0.0.0.0", "--db", f"sqlite:///{tmp_path / 'x.db'}"),
+        _cli("serve", "--host", host, "--db", f"sqlite:///{tmp_path / 'x.db'}"),
         env=env,
         cwd=ROOT,
         capture_output=True,
@@ -412,7 +417,8 @@ def test_serve_refuses_a_public_address_without_a_token(tmp_path: Path) -> None:
         check=False,
     )
     assert done.returncode == 2
-    assert "TILEWISE_API_TOKEN" in done.stderr and "0.0.0.0" in done.stderr
+    assert "TILEWISE_API_TOKEN" in done.stderr
+    assert f"refusing to serve on {named} without an API token" in done.stderr
     assert not (tmp_path / "x.db").exists()  # refused before anything was written
 
 

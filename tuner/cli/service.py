@@ -62,8 +62,10 @@ def service_settings(settings: Settings, host: str) -> Settings:
         return settings.model_copy(update={"dev_mode": settings.dev_mode and is_loopback(host)})
     if is_loopback(host):
         return settings.model_copy(update={"dev_mode": True})
+    # An empty host binds every interface, as 0.0.0.0 does.
+    where = repr(host) if host.strip() else "every interface (host '')"
     raise ConfigError(
-        f"refusing to serve on {host} without an API token: anyone who can reach it could"
+        f"refusing to serve on {where} without an API token: anyone who can reach it could"
         " queue jobs. Set TILEWISE_API_TOKEN (clients send `Authorization: Bearer <token>`),"
         " or serve on 127.0.0.1 for local use"
     )
