@@ -41,9 +41,19 @@ _PG_MIGRATION_LOCK = 0x7417E515
 def safe_url(url: str | URL) -> str:
     """The URL as text with its password masked: the only form that goes into messages."""
     try:
-        return make_url(url).render_as_string(hide_password=True)
+        parsed = make_url(url)
     except (ArgumentError, ValueError):
         return _mask_unparsed(str(url))
+    if parsed.get_backend_name() == "sqlite" and not parsed.host and parsed.database:
+        # A SQLite path as the user wrote it: rendered, ':' and ' ' in it are percent-encoded
+        # (sqlite:///%3Amemory%3A), which is no longer a path one can copy.
+        query = "&".join(f"{k}={v}" for k, vs in parsed.query.items() for v in _values(vs))
+        return f"{parsed.drivername}:///{parsed.database}" + (f"?{query}" if query else "")
+    return parsed.render_as_string(hide_password=True)
+
+
+def _values(value: str | tuple[str, ...]) -> tuple[str, ...]:
+    return (value,) if isinstance(value, str) else value
 
 
 def _mask_unparsed(text: str) -> str:
@@ -89,6 +99,13 @@ def _sqlite_file(url: URL) -> Path | None:
     if database in ("", ":memory:") or database.startswith("file:") or url.query.get("uri"):
         return None
     return Path(database).expanduser()
+
+
+def _in_memory(url: URL) -> bool:
+    """Whether ``url`` names an in-memory SQLite database (new and empty in each connection)."""
+    if url.get_backend_name() != "sqlite":
+        return False
+    return url.database in (None, "", ":memory:") or url.query.get("mode") == "memory"
 
 
 def create_engine(url: str | URL, *, create_dirs: bool = True, echo: bool = False) -> Engine:
@@ -355,6 +372,12 @@ def open_store(url: str | URL, *, create: bool = True, echo: bool = False) -> St
     try:
         if check_schema(engine) is None:
             if not create:
+                if _in_memory(parsed):
+                    raise SchemaError(
+                        f"database {safe_url(parsed)} is an in-memory SQLite database, empty "
+                        "in every connection: name a file (sqlite:///path/to/tilewise.db) or "
+                        "a server"
+                    )
                 raise SchemaError(
                     f"database {safe_url(parsed)} has no tilewise schema:"
                     f" run {_upgrade_command(parsed)}"

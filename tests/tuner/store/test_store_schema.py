@@ -300,3 +300,29 @@ def test_missing_postgres_database_is_a_store_error(pg_admin: sa.Engine) -> None
     url = sa.make_url(str(pg_admin.url)).set(database="tw_does_not_exist")
     with pytest.raises(StoreError, match="tw_does_not_exist"):
         open_store(url.render_as_string(hide_password=False))
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("sqlite:///:memory:", "sqlite:///:memory:"),
+        ("sqlite:////tmp/my dir/tw.db", "sqlite:////tmp/my dir/tw.db"),
+        ("sqlite:///tw.db?timeout=3", "sqlite:///tw.db?timeout=3"),
+        (
+            "postgresql+psycopg://tw:secret@db.example/tilewise",
+            "postgresql+psycopg://tw:***@db.example/tilewise",
+        ),
+    ],
+)
+def test_safe_url_shows_a_sqlite_path_as_written(url: str, shown: str) -> None:
+    """Rendered by SQLAlchemy a path's ':' and ' ' are percent-encoded: not a path to copy."""
+    assert safe_url(url) == shown
+
+
+@pytest.mark.parametrize(
+    "url", ["sqlite:///:memory:", "sqlite://", "sqlite:///file:m?mode=memory&uri=true"]
+)
+def test_an_in_memory_database_is_refused_as_such_not_sent_to_an_upgrade(url: str) -> None:
+    """Each connection to it starts empty: `tilewise db upgrade` on it would help nothing."""
+    with pytest.raises(SchemaError, match=r"is an in-memory SQLite database.*name a file"):
+        open_store(url, create=False)
