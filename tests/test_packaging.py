@@ -49,7 +49,7 @@ def test_the_wheel_holds_one_top_level_package(wheel: Path) -> None:
     ):
         assert needed in names, needed
     [entry_points] = [n for n in names if n.endswith("entry_points.txt")]
-    assert "tilewise = tilewise.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert "tilewise = tilewise.__main__:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
 
 
 @pytest.mark.slow
