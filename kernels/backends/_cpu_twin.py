@@ -8,6 +8,7 @@ import logging
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -140,6 +141,8 @@ class CpuTwinBackend(Backend):
 
     # -- build -------------------------------------------------------------------------------
     def _compile(self, args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+        # In a process group of its own: a terminal's Ctrl-C reaches the tuner alone, which
+        # finishes the evaluation in flight (this compile with it) before it stops.
         return subprocess.run(
             [self.compiler.path, *args],
             cwd=cwd,
@@ -147,6 +150,7 @@ class CpuTwinBackend(Backend):
             text=True,
             timeout=self.settings.build_timeout_s,
             check=False,
+            process_group=0,
         )
 
     def build(self, spec: OpSpec, defines: dict[str, str]) -> BuildResult:
@@ -189,6 +193,7 @@ class CpuTwinBackend(Backend):
         try:
             (work / "variant.cpp").write_text(shim)
             compiled = self._compile([*flags, "-c", "variant.cpp", "-o", "variant.o"], work)
+            linked = None
             if compiled.returncode == 0:
                 linked = self._compile(
                     ["-shared", "variant.o", "-o", "variant.so", "-lpthread"], work
@@ -205,13 +210,19 @@ class CpuTwinBackend(Backend):
             if self.compiler.spill_checks:
                 meta["spills"] = count_loop_spills(compiled.stderr)
             meta["stack_bytes"] = max_stack_frame(work / "variant.su")
+            killed = next((p.returncode for p in (compiled, linked) if p and p.returncode < 0), 0)
+            if killed:
+                meta["error"] = f"compiler killed by {signal.Signals(-killed).name}"
+                timed_out = True
         except subprocess.TimeoutExpired:
             meta["error"] = f"compile timed out after {self.settings.build_timeout_s:.0f} s"
             timed_out = True
         meta["seconds"] = time.perf_counter() - started
         if timed_out:
-            # Not cached: a timeout says how loaded the machine was, not that the variant
-            # cannot build; cached, it would fail this variant for every later run and workload.
+            # Not cached: a timeout says how loaded the machine was, and a compiler killed by
+            # a signal (the OOM killer, a kill of the process group) how it was stopped, not
+            # that the variant cannot build; cached, either would fail this variant for every
+            # later run and workload.
             shutil.rmtree(work, ignore_errors=True)
             return BuildResult(
                 ok=False,

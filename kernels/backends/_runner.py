@@ -43,6 +43,9 @@ class RunnerProcess:
             stdout=subprocess.PIPE,
             stderr=self._stderr,
             bufsize=0,
+            # Its own process group: a terminal's Ctrl-C reaches the tuner alone, which finishes
+            # the launch in flight; the runner ends at its stdin's end when the tuner does.
+            process_group=0,
         )
         self._buffer = b""
         return self._proc

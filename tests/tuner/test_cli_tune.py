@@ -59,9 +59,13 @@ def test_a_tune_that_ran_nothing_exits_1_with_and_without_json(tmp_path: Path) -
             assert json.loads(done.stdout)["best"] is None
 
 
+@pytest.mark.parametrize("whole_group", [False, True], ids=["the-process", "its-group"])
 def test_ctrl_c_stops_after_the_evaluation_in_flight_and_says_what_was_kept(
-    tmp_path: Path,
+    tmp_path: Path, whole_group: bool
 ) -> None:
+    """SIGINT to the tune alone, or to its process group as a terminal's Ctrl-C sends it: the
+    compile or launch in flight is not killed with it, so no tiling is recorded (or its build
+    cached) as failed for being interrupted."""
     db = tmp_path / "tw.db"
     env = dict(
         os.environ,
@@ -71,13 +75,23 @@ def test_ctrl_c_stops_after_the_evaluation_in_flight_and_says_what_was_kept(
     )
     cmd = [sys.executable, "-m", "tilewise.cli", "tune", "scale_relu_dropout", "--shape", SHAPE]
     cmd += ["--budget", "500", "--db", f"sqlite:///{db}"]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        cmd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 120
         while _count(db, "tw_records") < 2 and time.monotonic() < deadline:
             time.sleep(0.2)
         assert _count(db, "tw_records") >= 2, "the tune made no records in 120 s"
-        proc.send_signal(signal.SIGINT)
+        if whole_group:
+            os.killpg(proc.pid, signal.SIGINT)
+        else:
+            proc.send_signal(signal.SIGINT)
         _, stderr = proc.communicate(timeout=120)
     finally:
         proc.kill()
@@ -87,6 +101,11 @@ def test_ctrl_c_stops_after_the_evaluation_in_flight_and_says_what_was_kept(
     assert "Traceback" not in stderr
     kept = _count(db, "tw_records")
     assert kept >= 2 and _count(db, "tw_tilings") == 0
+    assert _count(db, "tw_records WHERE status NOT IN ('ok', 'infeasible')") == 0
+    failed_builds = [
+        p for p in (tmp_path / "cache").rglob("build.json") if '"ok": false' in p.read_text()
+    ]
+    assert not failed_builds, [p.read_text() for p in failed_builds]
 
 
 def test_the_summary_says_what_proposing_cost(tmp_path: Path) -> None:

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from tests.kernels.backends.fault_op.spec import FaultOp
-from tilewise.kernels.backends import BuildLimits, MeasureOptions, _cpu_twin
+from tilewise.kernels.backends import BuildLimits, MeasureOptions, _cpu_twin, _runner
 from tilewise.kernels.backends._cpu_twin import CpuTwinBackend
 from tilewise.kernels.ops import OpSpec, StructField, get_op, list_ops
 from tilewise.kernels.targets import twin_target
@@ -149,6 +151,67 @@ def test_builds_are_cached_and_report_spills_and_stack(backend: CpuTwinBackend) 
         assert first.violations(strict)["spills"] > 0
     tiny_stack = BuildLimits(max_loop_spills=1 << 20, max_stack_bytes=1)
     assert first.violations(tiny_stack)["stack"] > 0
+
+
+def test_a_compiler_killed_by_a_signal_is_not_the_variants_verdict(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A compile ended by a signal (a kill of the process group, the OOM killer) says how it
+    was stopped, not that the variant cannot build: not cached, so the next build builds."""
+    spec = get_op("scale_relu_dropout")
+    defines = {"DTYPE_X": "float", "BUFFER_NUM": "1"}
+    with CpuTwinBackend(Settings(cache_dir=tmp_path / "cache")) as twin:
+        real = twin._compile
+        monkeypatch.setattr(
+            twin, "_compile", lambda args, cwd: subprocess.CompletedProcess(args, -2, "", "")
+        )
+        killed = twin.build(spec, defines)
+        assert not killed.ok and killed.error == "compiler killed by SIGINT"
+        monkeypatch.setattr(twin, "_compile", real)
+        built = twin.build(spec, defines)
+    assert built.ok and not built.cached, built.error
+
+
+def test_the_compiler_and_the_runner_are_out_of_the_terminals_process_group(
+    tmp_path: Path,
+) -> None:
+    """A terminal's Ctrl-C signals its foreground process group: the tuner alone takes it (and
+    finishes the evaluation in flight), so the compile and the launch it waits for are in
+    process groups of their own."""
+    spec = get_op("scale_relu_dropout")
+    shape = Shape({"N": 4096})
+    target = twin_target()
+    groups = []
+    real_run, real_popen = subprocess.run, subprocess.Popen
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        groups.append(kwargs.get("process_group"))
+        return real_run(*args, **kwargs)
+
+    class Popen(real_popen):  # type: ignore[misc,valid-type]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            groups.append(kwargs.get("process_group"))
+            super().__init__(*args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_cpu_twin.subprocess, "run", run)
+        patch.setattr(_runner.subprocess, "Popen", Popen)
+        with CpuTwinBackend(Settings(cache_dir=tmp_path / "cache")) as twin:
+            tiling = spec.default_tiling(shape, "float32", target)
+            built = twin.build(spec, spec.compile_key(tiling, "float32"))
+            assert built.ok, built.error
+            ran = twin.run(
+                built,
+                spec,
+                shape=shape,
+                dtype="float32",
+                target=target,
+                tiling=tiling,
+                check=True,
+                measure=ONCE,
+            )
+            assert ran.status == "ok", ran.error
+    assert groups and all(g == 0 for g in groups), groups
 
 
 def test_warmup_seconds_launch_the_kernel_that_long_before_the_timed_runs(
