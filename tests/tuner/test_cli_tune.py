@@ -59,13 +59,18 @@ def test_a_tune_that_ran_nothing_exits_1_with_and_without_json(tmp_path: Path) -
             assert json.loads(done.stdout)["best"] is None
 
 
-@pytest.mark.parametrize("whole_group", [False, True], ids=["the-process", "its-group"])
+@pytest.mark.parametrize(
+    ("stop", "whole_group"),
+    [(signal.SIGINT, False), (signal.SIGINT, True), (signal.SIGTERM, False)],
+    ids=["ctrl-c-to-the-process", "ctrl-c-to-its-group", "sigterm"],
+)
 def test_ctrl_c_stops_after_the_evaluation_in_flight_and_says_what_was_kept(
-    tmp_path: Path, whole_group: bool
+    tmp_path: Path, stop: signal.Signals, whole_group: bool
 ) -> None:
     """SIGINT to the tune alone, or to its process group as a terminal's Ctrl-C sends it: the
     compile or launch in flight is not killed with it, so no tiling is recorded (or its build
-    cached) as failed for being interrupted."""
+    cached) as failed for being interrupted. SIGTERM stops it the same way: no claim is left
+    for the next tune of the workload to wait on."""
     db = tmp_path / "tw.db"
     env = dict(
         os.environ,
@@ -89,9 +94,9 @@ def test_ctrl_c_stops_after_the_evaluation_in_flight_and_says_what_was_kept(
             time.sleep(0.2)
         assert _count(db, "tw_records") >= 2, "the tune made no records in 120 s"
         if whole_group:
-            os.killpg(proc.pid, signal.SIGINT)
+            os.killpg(proc.pid, stop)
         else:
-            proc.send_signal(signal.SIGINT)
+            proc.send_signal(stop)
         _, stderr = proc.communicate(timeout=120)
     finally:
         proc.kill()
@@ -102,6 +107,7 @@ def test_ctrl_c_stops_after_the_evaluation_in_flight_and_says_what_was_kept(
     kept = _count(db, "tw_records")
     assert kept >= 2 and _count(db, "tw_tilings") == 0
     assert _count(db, "tw_records WHERE status NOT IN ('ok', 'infeasible')") == 0
+    assert _count(db, "tw_tiling_claims") == 0
     failed_builds = [
         p for p in (tmp_path / "cache").rglob("build.json") if '"ok": false' in p.read_text()
     ]

@@ -251,22 +251,27 @@ def _us(value: float | None) -> str:
 
 @contextmanager
 def first_interrupt() -> Iterator[threading.Event]:
-    """The first Ctrl-C sets the event (the tune stops after the evaluation in flight, keeping
-    every record); a second one interrupts at once."""
+    """The first Ctrl-C or SIGTERM sets the event (the tune stops after the evaluation in
+    flight, keeping every record and ending its claim); a second one interrupts at once. A
+    SIGTERM's default, an exit on the spot, left the tiling in flight claimed, and the next
+    tune of the workload waited for its record."""
     hit = threading.Event()
 
-    def on_sigint(signum: int, frame: object) -> None:
+    def on_signal(signum: int, frame: object) -> None:
         if hit.is_set():
             raise KeyboardInterrupt
         hit.set()
-        err.print("stopping after the evaluation in flight (Ctrl-C again to abort at once)")
+        again = "Ctrl-C" if signum == signal.SIGINT else "a second SIGTERM"
+        err.print(f"stopping after the evaluation in flight ({again} to abort at once)")
 
+    stopping = (signal.SIGINT, signal.SIGTERM)
     try:
-        previous = signal.signal(signal.SIGINT, on_sigint)
+        previous = {s: signal.signal(s, on_signal) for s in stopping}
     except ValueError:  # not the main thread: no handler of ours
         yield hit
         return
     try:
         yield hit
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for s, handler in previous.items():
+            signal.signal(s, handler)

@@ -10,6 +10,8 @@ evaluations, the job's budget is not spent (:class:`JobTag`).
 
 from __future__ import annotations
 
+import os
+import socket
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -42,6 +44,26 @@ class JobTag:
     job_id: int
     worker_id: str
     budget_evals: int | None = None
+
+
+_TUNE = "tune@"
+_HOST = socket.gethostname()
+
+
+def _tune_alive(claimant: str) -> bool:
+    """False for the claim of a tune of this host whose process is gone; True otherwise (a
+    worker's, another host's: their liveness is told otherwise)."""
+    owner = claimant.partition("/")[0]
+    host, _, pid = owner.removeprefix(_TUNE).rpartition(":")
+    if not owner.startswith(_TUNE) or host != _HOST or not pid.isdigit():
+        return True
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: it exists
+        return True
+    return True
 
 
 @dataclass
@@ -116,6 +138,15 @@ class Evaluator(Measurer):
                 store.release_worker_claims(
                     s, workload_id=self.workload_id, worker_id=job.worker_id
                 )
+            # A tune of this host that died mid-evaluation (SIGKILL, a crash) left its claim;
+            # live by its age for an evaluation's bound, it would hold its tiling that long.
+            for key, claimant in store.claims_named(
+                s, workload_id=self.workload_id, prefix=f"{_TUNE}{_HOST}:"
+            ):
+                if not _tune_alive(claimant):
+                    store.release_claim(
+                        s, workload_id=self.workload_id, tiling_key=key, claimant=claimant
+                    )
             self.seen: dict[str, Outcome] = {
                 r.tiling_key: outcome_of(r)
                 for r in store.records_for(s, workload_id=self.workload_id)
@@ -125,7 +156,10 @@ class Evaluator(Measurer):
         #: (:meth:`claim`): their records are that worker's to write.
         self.elsewhere: set[str] = set()
         #: Who this evaluator's claims name: its job's worker, and one evaluator of it.
-        self.claimant = f"{'tune' if job is None else job.worker_id}/{uuid.uuid4().hex[:12]}"
+        #: A tune outside a worker names its host and process: a later tune of this host can
+        #: tell that it died (a worker's claims are told by its heartbeat).
+        owner = f"{_TUNE}{_HOST}:{os.getpid()}" if job is None else job.worker_id
+        self.claimant = f"{owner}/{uuid.uuid4().hex[:12]}"
 
     @property
     def evaluation_bound_s(self) -> float:
@@ -177,13 +211,17 @@ class Evaluator(Measurer):
         deadline = time.monotonic() + self.evaluation_bound_s
         while True:
             with self.db.session() as session:
+                claimant = store.claimant_of(
+                    session, workload_id=self.workload_id, tiling_key=tiling.key()
+                )
+                # Read after the claim: a record ends its claim in the same transaction.
                 found = store.find_record(
                     session, workload_id=self.workload_id, tiling_key=tiling.key()
                 )
             if found is not None:
                 return outcome_of(found)
-            if time.monotonic() >= deadline:
-                return None
+            if claimant is None or not _tune_alive(claimant) or time.monotonic() >= deadline:
+                return None  # given up without a record, its tune dead, or out of time
             time.sleep(min(s.poll_s, max(0.0, deadline - time.monotonic())))
 
     def measure_default(self, default: Tiling) -> Outcome:

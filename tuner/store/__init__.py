@@ -46,7 +46,9 @@ from tilewise.store._batches import (
 )
 from tilewise.store._claims import (
     claim_tiling,
+    claimant_of,
     claims_in_flight,
+    claims_named,
     release_claim,
     release_worker_claims,
 )
@@ -144,7 +146,9 @@ __all__ = [
     "check_schema",
     "claim_job",
     "claim_tiling",
+    "claimant_of",
     "claims_in_flight",
+    "claims_named",
     "commit_toolchain",
     "commit_workload",
     "count_evaluations_by_status",

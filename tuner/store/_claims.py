@@ -123,3 +123,24 @@ def claims_in_flight(
         .where(TilingClaimModel.workload_id == workload_id, _live(since, alive_since))
     )
     return int(session.scalar(query) or 0)
+
+
+def claims_named(session: Session, *, workload_id: int, prefix: str) -> list[tuple[str, str]]:
+    """(tiling key, claimant) of the workload's claims whose claimant starts with ``prefix``."""
+    rows = session.execute(
+        select(TilingClaimModel.tiling_key, TilingClaimModel.claimant).where(
+            TilingClaimModel.workload_id == workload_id,
+            TilingClaimModel.claimant.startswith(prefix, autoescape=True),
+        )
+    )
+    return [(key, claimant) for key, claimant in rows]
+
+
+def claimant_of(session: Session, *, workload_id: int, tiling_key: str) -> str | None:
+    """Who claims the tiling now; None when nobody does."""
+    return session.scalar(
+        select(TilingClaimModel.claimant).where(
+            TilingClaimModel.workload_id == workload_id,
+            TilingClaimModel.tiling_key == tiling_key,
+        )
+    )

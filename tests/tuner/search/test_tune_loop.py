@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import itertools
+import socket
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -437,5 +440,36 @@ def test_a_claim_is_taken_over_once_stale_and_ends_with_its_record(settings: Set
         assert other.claim(default)
         with db.session() as s:
             assert store.claims_in_flight(s, workload_id=mine.workload_id, **mine.live_since()) == 1
+    finally:
+        db.close()
+
+
+def test_a_claim_of_a_dead_tune_of_this_host_holds_nothing(settings: Settings) -> None:
+    """A tune killed mid-evaluation (SIGKILL, a crash) leaves its claim. A tune of the same
+    host tells that its process is gone: the next tune of the workload ends the claim as it
+    starts, and one waiting for the tiling's record stops waiting; so does one whose
+    claimant gave the tiling up without a record. A live tune's claim holds."""
+    settings = settings.model_copy(update={"build_timeout_s": 600.0, "poll_s": 0.05})
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    host = socket.gethostname()
+    db = store.open_store(settings.db_url)
+    try:
+        alive, dead = (make_tuner(db, counting_backend(), settings) for _ in range(2))
+        dead.claimant = f"tune@{host}:{gone.pid}/killed"
+        default = alive.spec.default_tiling(alive.shape, "float32", alive.target)
+        other, given_up, later = (
+            default.replace(tileLength=default["tileLength"] + n) for n in (1, 2, 3)
+        )
+        assert dead.claim(default) and alive.claim(other)
+        fresh = make_tuner(db, counting_backend(), settings)
+        assert fresh.claim(default)  # ended as the fresh tune started
+        assert not fresh.claim(other)  # the live tune's
+        assert dead.claim(later) and alive.claim(given_up)
+        assert not fresh.claim(later) and not fresh.claim(given_up)
+        alive.release(given_up)
+        started = time.monotonic()
+        assert fresh.awaited(later) is None and fresh.awaited(given_up) is None
+        assert time.monotonic() - started < 60  # not the evaluation's bound of 10 minutes
     finally:
         db.close()
