@@ -254,6 +254,25 @@ def test_spread_spends_the_total_exactly_and_keeps_the_weights_order(
                 assert budgets[i] >= budgets[j], (i, j, budgets)
 
 
+def test_weights_near_the_float_maximum_are_spread_as_equals() -> None:
+    """Each finite, their sum is not: the shares are taken relative to the largest."""
+    assert spread_budget(20, [1e308, 1e308]) == [10, 10]
+    assert spread_budget(20, [1.7e308, 1e-300, 1.7e308]) == [8, 5, 7]  # 5 each, then the rest
+
+
+def test_a_workload_listed_twice_whose_weights_overflow_is_named(tmp_path: Path) -> None:
+    doc = {
+        "total_budget": 20,
+        "workloads": [{"op": "swiglu", "shapes": [
+            {"T": 64, "I": 688, "weight": 1e308}, {"T": 64, "I": 688, "weight": 1e308},
+        ]}],
+    }  # fmt: skip
+    path = tmp_path / "tune.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ManifestError, match=r"workloads\[0\]\.shapes\[1\]\.weight: the weights"):
+        load_manifest(path).entries()
+
+
 def test_equal_weights_share_equally_with_the_remainder_to_the_first() -> None:
     assert spread_budget(10, [1, 1, 1]) == [4, 3, 3]
     assert spread_budget(3, [1, 1, 1]) == [1, 1, 1]  # every workload gets one at least

@@ -37,6 +37,9 @@ def spread_budget(
         )
     if cap is not None and cap < 1:
         raise InputError(f"cap must be at least 1, got {cap}")
+    # Relative to the largest: weights near the float maximum would sum to infinity.
+    largest = max(weights)
+    weights = [w / largest for w in weights]
     base = min(floor, total // n)
     if cap is not None:
         base = min(base, cap)

@@ -243,7 +243,16 @@ class Manifest(BaseModel):
                     key = asked.workload.key
                     if key in found:
                         first = found[key]
-                        found[key] = ManifestEntry(asked, first.weight + item.weight, first.loc)
+                        weight = first.weight + item.weight
+                        if not math.isfinite(weight):
+                            raise ManifestError(
+                                ("workloads", i, "shapes", j, "weight"),
+                                f"the weights of this workload, listed more than once, sum "
+                                f"to more than a float holds ({first.weight:g} + "
+                                f"{item.weight:g})",
+                                source=self.source,
+                            )
+                        found[key] = ManifestEntry(asked, weight, first.loc)
                     else:
                         found[key] = ManifestEntry(
                             asked, item.weight, ("workloads", i, "shapes", j)
