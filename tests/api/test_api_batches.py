@@ -154,6 +154,8 @@ def test_bad_manifests_are_422_naming_the_place(client: TestClient, db: Store) -
         (manifest({"N": 64}, budget=10_000), ["body", "budget"]),  # above settings.max_budget
         (manifest({"N": 64}, budget=1, total_budget=2), ["body"]),
         ({"workloads": []}, ["body", "workloads"]),
+        # PostgreSQL's text holds no NUL: it was a 503 "database unavailable" there.
+        (manifest({"N": 64}, name="nul \x00 here"), ["body", "name"]),
     ]
     for body, loc in cases:
         r = client.post("/v1/batches", json=body, headers=AUTH)

@@ -387,3 +387,12 @@ def test_any_document_is_a_manifest_or_a_manifest_error(doc: object) -> None:
     assert [(e.workload, e.weight) for e in again.entries()] == [
         (e.workload, e.weight) for e in entries
     ]
+
+
+@pytest.mark.parametrize("name", ["nul \x00 here", "two\nlines", "tab\there"])
+def test_a_name_with_a_control_character_is_refused(name: str) -> None:
+    """NUL is one PostgreSQL's text cannot hold: the service answered 503 "database
+    unavailable" for a batch named so, where SQLite stored it."""
+    doc = {"name": name, "workloads": [{"op": "swiglu", "shapes": ["T=16,I=64"]}]}
+    with pytest.raises(ManifestError, match="name: a name holds no control characters"):
+        parse_manifest(doc)

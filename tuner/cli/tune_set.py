@@ -4,8 +4,8 @@ Workloads tuned already are skipped (unless ``--force``); the others are tuned h
 first, each with its budget (:mod:`tilewise.manifest`), and stored as ``tilewise tune`` stores
 them. A workload that fails (no tiling ran, its target's backend is missing) is reported with
 its reason and the others go on; the exit code is then 1. A first Ctrl-C (or SIGTERM) stops
-after the evaluation in flight (as ``tilewise tune`` does), the summary says what was tuned and what was
-not, and the exit code is 130; a second one stops at once.
+after the evaluation in flight (as ``tilewise tune`` does), the summary says what was tuned
+and what was not, and the exit code is 130; a second one stops at once.
 """
 
 from __future__ import annotations

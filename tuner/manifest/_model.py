@@ -212,6 +212,14 @@ class Manifest(BaseModel):
         """The file (or URL) it was read from, if any: the head of its errors."""
         return self._source
 
+    @field_validator("name")
+    @classmethod
+    def _printable(cls, value: str | None) -> str | None:
+        # A control character is no part of a name; NUL is one PostgreSQL cannot store.
+        if value is not None and any(ord(c) < 32 or ord(c) == 127 for c in value):
+            raise ValueError("a name holds no control characters (NUL, newline, tab ...)")
+        return value
+
     @model_validator(mode="after")
     def _one_budget(self) -> Manifest:
         if self.budget is not None and self.total_budget is not None:
