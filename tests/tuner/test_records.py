@@ -137,6 +137,7 @@ def test_the_csv_is_the_search_measurements_as_a_replay_space(
     assert rows[0] == [*names, "time_ms"]
     measured = _measured(records)
     assert len(rows) - 1 == len(measured)
+    assert f"wrote {len(measured)} tilings (csv) to {out}" in done.stderr
     by_tiling = {tuple(int(v) for v in row[:-1]): row[-1] for row in rows[1:]}
     for r in measured.values():
         time_ms = by_tiling[tuple(r.tiling[n] for n in names)]

@@ -81,4 +81,6 @@ def records(
     except OSError as exc:
         fail(f"cannot write {output}: {exc.strerror or exc}")
     if path is not None:
-        err.print(f"wrote {len(found)} records ({fmt}) to {path}", markup=False, highlight=False)
+        # The CSV is the recorded space: one row per measured tiling, without the re-measures.
+        what = f"{len(found)} records" if fmt == "json" else f"{text.count(chr(10)) - 1} tilings"
+        err.print(f"wrote {what} ({fmt}) to {path}", markup=False, highlight=False)
