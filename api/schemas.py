@@ -72,14 +72,21 @@ class JobCreate(BaseModel):
     shape: dict[str, Dim] = Field(
         description=SHAPE_DESCRIPTION, examples=[{"N": 65536}, "M=1024,N=512,K=256"]
     )
+    # Strict, as the batches' manifest is: a budget of true (taken as 1), "5" or a force of
+    # "yes" is a mistake to report, not a value to guess; the schema says the same.
     budget: int | None = Field(
-        default=None, ge=1, description="Measured evaluations; settings.default_budget if absent."
+        default=None,
+        ge=1,
+        strict=True,
+        description="Measured evaluations; settings.default_budget if absent.",
     )
     # Finite: Python's JSON reads Infinity, which was stored as the budget and shown as null.
     seconds: float | None = Field(
-        default=None, gt=0, allow_inf_nan=False, description="Optional time budget."
+        default=None, gt=0, allow_inf_nan=False, strict=True, description="Optional time budget."
     )
-    force: bool = Field(default=False, description="Re-tune even if the workload is tuned.")
+    force: bool = Field(
+        default=False, strict=True, description="Re-tune even if the workload is tuned."
+    )
 
     # Validators run in field order; a later one sees the earlier validated values in
     # info.data (and skips when the op itself was invalid: that error is reported already).
@@ -141,7 +148,9 @@ class JobCreate(BaseModel):
 class BatchCreate(Manifest):
     """``POST /v1/batches``: a tuning manifest (the file ``tilewise submit`` sends, as JSON)."""
 
-    force: bool = Field(default=False, description="Re-tune the workloads tuned already.")
+    force: bool = Field(
+        default=False, strict=True, description="Re-tune the workloads tuned already."
+    )
 
 
 # ---------------------------------------------------------------------------------------------

@@ -83,6 +83,11 @@ BAD_BODIES: list[tuple[dict[str, Any], list[str], str]] = [
     ({"budget": 101}, ["body", "budget"], "between 1 and 100"),
     ({"seconds": -1}, ["body", "seconds"], "greater than 0"),
     ({"force": "maybe"}, ["body", "force"], "boolean"),
+    # Strict, as the schema says: these were taken as budget 1, 5, 12 s and force true.
+    ({"budget": True}, ["body", "budget"], "valid integer"),
+    ({"budget": "5"}, ["body", "budget"], "valid integer"),
+    ({"seconds": "12"}, ["body", "seconds"], "valid number"),
+    ({"force": "yes"}, ["body", "force"], "boolean"),
     ({"priority": 3}, ["body", "priority"], "Extra inputs"),
 ]
 
