@@ -232,6 +232,22 @@ def test_stale_op_version_fails_the_job(settings: Settings, db: store.Store) -> 
     assert get_op(OP).version in done.error and not backend.checked
 
 
+def test_a_job_whose_time_limit_ran_out_before_any_evaluation_says_so(
+    settings: Settings, db: store.Store
+) -> None:
+    """Not "no tiling ran successfully in 0 evaluations: see the records": there are none."""
+    spec = get_op(OP)
+    workload = Workload(OP, spec.version, "cpu-twin", "float32", Shape({"N": 4096}))
+    with db.session() as s:
+        row = store.commit_workload(s, workload)
+        job = store.create_job(s, workload_id=row.id, budget_evals=3, budget_seconds=1e-6)
+    backend = FakeBackend()
+    Worker(settings=settings, db=db, backend=backend, exit_when_idle=True).run()
+    done = get_job(db, job.id)
+    assert done.status is JobStatus.FAILED and not backend.checked
+    assert done.error == "the time limit of 1e-06 s ran out before the first evaluation"
+
+
 def test_worker_claims_only_jobs_of_its_target(settings: Settings, db: store.Store) -> None:
     job = queue_job(db, target="ascend910b1")
     assert Worker(settings=settings, db=db, backend=FakeBackend(), exit_when_idle=True).run() == 0

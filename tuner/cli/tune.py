@@ -155,13 +155,9 @@ def tune(
     if as_json:
         print(json.dumps(result.to_dict()))
     if result.best is None:  # it ran, and found nothing: exit 1, as tune-set's failed workload
-        evaluations = result.progress.evaluations
-        why = (
-            f"the time limit of {seconds:g} s ran out before the first evaluation"
-            if evaluations == 0 and seconds is not None
-            else f"no tiling ran successfully in {evaluations} evaluations; see `tilewise show` "
-            "and the records for reasons"
-        )
+        why = result.why_no_best(seconds)
+        if result.progress.evaluations or seconds is None:
+            why += "; see `tilewise show` and the records for reasons"
         err.print(f"error: {why}", **ONE_LINE)
         raise typer.Exit(1)
     if as_json:

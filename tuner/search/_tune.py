@@ -77,6 +77,17 @@ class TuneResult:
     #: run continued a study.
     earlier_evaluations: int = 0
 
+    def why_no_best(self, time_limit: float | None) -> str:
+        """Why the run found no tiling (``best`` is None), for a message: the time limit ran
+        out before anything was evaluated, or the counts of what was."""
+        p = self.progress
+        if p.evaluations == 0 and time_limit is not None:
+            return f"the time limit of {time_limit:g} s ran out before the first evaluation"
+        return (
+            f"no tiling ran successfully in {p.evaluations} evaluations ({p.infeasible}"
+            f" infeasible, {p.failed} failed)"
+        )
+
     @property
     def speedup(self) -> float | None:
         if self.best is None or self.default is None:

@@ -428,12 +428,10 @@ class Worker:
             )
             return
         if result.best is None:
-            self._fail(
-                held,
-                f"no tiling ran successfully in {spent} evaluations"
-                f" ({result.progress.infeasible} infeasible, {result.progress.failed} failed):"
-                " see the workload's records for the reasons",
-            )
+            why = result.why_no_best(job.budget_seconds)
+            if result.progress.evaluations or job.budget_seconds is None:
+                why += ": see the workload's records for the reasons"
+            self._fail(held, why)
             return
         with self.db.session() as s:
             finished = store.finish_job(
