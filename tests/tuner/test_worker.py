@@ -197,8 +197,36 @@ def test_cancelled_job_stops_its_worker(settings: Settings, db: store.Store) -> 
     assert not ran.is_alive()
     done = get_job(db, job.id)
     assert done.status is JobStatus.CANCELLED
+    records = job_records(db, job)
     with db.session() as s:
-        assert store.job_evaluations(s, job_id=job.id) < 150
+        spent = store.job_evaluations(s, job_id=job.id)
+    assert spent < 150
+    # The counts the job shows are its records' as it was cancelled, not the worker's last
+    # progress write of a few seconds before.
+    assert done.evaluations == spent
+    searched = [
+        r.latency_us
+        for r in records
+        if r.job_id == job.id and r.status == "ok" and r.source != store.SOURCE_REMEASURE
+    ]
+    assert done.best_latency_us == (min(searched) if searched else None)
+
+
+def test_a_job_cancelled_before_its_winner_is_stored_stores_none(
+    settings: Settings, db: store.Store
+) -> None:
+    """The cancel wins: a job that says it was cancelled has not tuned its workload."""
+    job = queue_job(db, budget=3)
+    with db.session() as s:
+        claimed = store.claim_job(s, worker_id="w", lease_seconds=60)
+    assert claimed is not None and claimed.id == job.id
+    tuner = make_tuner(db, settings, FakeBackend(), JobTag(job.id, "w"))
+    with db.session() as s:
+        store.cancel_job(s, job_id=job.id)
+    result = tuner.run(Budget(3), seed=1)
+    assert result.best is None
+    with db.session() as s:
+        assert store.get_tiling(s, workload_id=job.workload_id, toolchain=None) is None
 
 
 def test_stop_hands_the_job_back(settings: Settings, db: store.Store) -> None:

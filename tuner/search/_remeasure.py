@@ -156,6 +156,13 @@ def finish(evaluator: Evaluator, default: Tiling) -> tuple[Measured | None, Meas
     )
     speedup = default_measured.latency_us / best.latency_us if default_measured else None
     with evaluator.db.session() as s:
+        job = evaluator.job
+        # A job cancelled (or taken over) while its winner was re-measured stores none: the
+        # cancel wins, and the workload is not tuned by a job that says it was cancelled. The
+        # job's row stays locked until the winner is stored (holds_job), so a cancel waits.
+        if job is not None and not store.holds_job(s, job_id=job.job_id, worker_id=job.worker_id):
+            log.info("%s: job %d is not held any more: no winner stored", name, job.job_id)
+            return None, None
         evaluations = sum(
             1
             for r in store.records_for(s, workload_id=evaluator.workload_id)

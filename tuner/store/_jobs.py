@@ -20,9 +20,9 @@ from sqlalchemy import func as sa_func
 from sqlalchemy.orm import Session
 
 from tilewise.errors import InputError
-from tilewise.status import JobStatus
+from tilewise.status import JobStatus, RecordSource, RecordStatus
 from tilewise.store._coerce import enum_value, rowcount
-from tilewise.store._models import JobModel, WorkloadModel, utcnow
+from tilewise.store._models import JobModel, RecordModel, WorkloadModel, utcnow
 
 
 @dataclass(frozen=True)
@@ -371,14 +371,32 @@ def cancel_job(session: Session, *, job_id: int, now: datetime | None = None) ->
     """Cancel a queued or running job; a finished job is returned unchanged. None if no such job.
 
     A running job's worker learns it at its next ``renew_lease`` or ``update_job_progress``.
+    Its counts are taken from its records as it is cancelled (its worker writes them at most
+    every few seconds, and a cancelled job's are not written again): the evaluations it spent,
+    and the best single measurement among them.
     """
+    best = (
+        select(sa_func.min(RecordModel.latency_us))
+        .where(
+            RecordModel.job_id == job_id,
+            RecordModel.status == RecordStatus.OK,
+            RecordModel.source != RecordSource.REMEASURE,
+        )
+        .scalar_subquery()
+    )
     session.execute(
         update(JobModel)
         .where(
             JobModel.id == job_id,
             JobModel.status.in_([JobStatus.QUEUED, JobStatus.RUNNING]),
         )
-        .values(status=JobStatus.CANCELLED, finished_at=now or utcnow(), lease_until=None)
+        .values(
+            status=JobStatus.CANCELLED,
+            finished_at=now or utcnow(),
+            lease_until=None,
+            evaluations=JobModel.spent_evals,
+            best_latency_us=sa_func.coalesce(best, JobModel.best_latency_us),
+        )
         .execution_options(synchronize_session=False)
     )
     return get_job(session, job_id=job_id)
