@@ -396,3 +396,30 @@ def test_a_name_with_a_control_character_is_refused(name: str) -> None:
     doc = {"name": name, "workloads": [{"op": "swiglu", "shapes": ["T=16,I=64"]}]}
     with pytest.raises(ManifestError, match="name: a name holds no control characters"):
         parse_manifest(doc)
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("m.yaml", "workloads:\n  - op: swiglu\n    shapes:\n      - {T: 16, T: 32, I: 256}\n"),
+        ("m.json", '{"workloads": [{"op": "swiglu", "shapes": [{"T": 16, "T": 32, "I": 256}]}]}'),
+        ("m.yaml", "budget: 5\nbudget: 9\nworkloads:\n  - {op: swiglu, shapes: [T=16,I=256]}\n"),
+    ],
+)
+def test_a_key_given_twice_is_refused_not_the_last_taken(
+    tmp_path: Path, name: str, text: str
+) -> None:
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(ManifestError, match=r"the key '(T|budget)' is given twice"):
+        load_manifest(path)
+
+
+def test_a_yaml_merge_key_may_repeat_what_it_merges(tmp_path: Path) -> None:
+    path = tmp_path / "m.yaml"
+    path.write_text(
+        "workloads:\n  - op: swiglu\n    shapes:\n"
+        "      - &base {T: 16, I: 256}\n      - {<<: *base, T: 32}\n"
+    )
+    shapes = [dict(e.workload.shape) for e in load_manifest(path).entries()]
+    assert shapes == [{"T": 16, "I": 256}, {"T": 32, "I": 256}]

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -49,19 +51,64 @@ def load_manifest(path: str | Path) -> Manifest:
 
 
 def parse_text(text: str, *, source: str, as_json: bool = False) -> Manifest:
-    """A manifest from JSON or YAML text (see :func:`load_manifest`)."""
+    """A manifest from JSON or YAML text (see :func:`load_manifest`). A key given twice in one
+    mapping (``{T: 16, T: 32}``) is refused: both parsers would keep the last one silently."""
     if as_json:
         try:
-            doc = json.loads(text)
+            doc = json.loads(text, object_pairs_hook=_unique_pairs)
         except json.JSONDecodeError as exc:
             raise ManifestError((), f"not JSON: {exc}", source=source) from None
+        except _DuplicateKey as exc:
+            raise ManifestError((), f"not a manifest: {exc}", source=source) from None
     else:
         import yaml
 
         try:
-            doc = yaml.safe_load(text)
+            doc = yaml.load(text, Loader=_unique_key_loader())  # a SafeLoader
         except yaml.YAMLError as exc:
             raise ManifestError(
                 (), f"not YAML: {' '.join(str(exc).split())}", source=source
             ) from None
     return parse_manifest(doc, source=source)
+
+
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(f"the key {key!r} is given twice in one object")
+        out[key] = value
+    return out
+
+
+@functools.cache
+def _unique_key_loader() -> type:
+    """yaml.SafeLoader, refusing a mapping that gives one key twice."""
+    import yaml
+
+    class UniqueKeyLoader(yaml.SafeLoader):  # type: ignore[misc]
+        def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
+            seen = set()
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue  # `<<: *base` may repeat keys on purpose
+                key = self.construct_object(key_node, deep=deep)
+                try:
+                    duplicate = key in seen
+                except TypeError:  # unhashable: the base class names it
+                    break
+                if duplicate:
+                    raise yaml.constructor.ConstructorError(
+                        "while constructing a mapping",
+                        node.start_mark,
+                        f"the key {key!r} is given twice",
+                        key_node.start_mark,
+                    )
+                seen.add(key)
+            return super().construct_mapping(node, deep)  # type: ignore[no-any-return]
+
+    return UniqueKeyLoader
