@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -100,6 +101,18 @@ def test_ops_lists_dims_dtypes_and_tunables(tmp_path: Path) -> None:
     assert compile_time == {"bufferNum"}
     table = tilewise("ops", tmp_path=tmp_path)
     assert table.returncode == 0 and "scale_relu_dropout" in table.stdout
+    # Piped, rich lays tables out at 80 columns: the ops' names are still whole.
+    narrow = subprocess.run(
+        [sys.executable, "-m", "tilewise.cli", "ops"],
+        env={**os.environ, "COLUMNS": "80"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert narrow.returncode == 0, narrow.stderr
+    assert max(len(line) for line in narrow.stdout.splitlines()) <= 80
+    for op in ops:
+        assert op in narrow.stdout, op
 
 
 def test_db_upgrade_says_what_it_did(tmp_path: Path) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from rich.table import Table
+from rich.table import Column, Table
 
 from tilewise.cli._common import JsonOpt, app, out
 from tilewise.types import Shape
@@ -34,8 +34,17 @@ def ops(as_json: JsonOpt = False) -> None:
     if as_json:
         print(json.dumps(rows, indent=2))
         return
-    table = Table("op", "dims", "dtypes", "tunables (compile-time marked *)", title="tilewise ops")
+    # An op's name is what a user types next: never cut to fit (at 80 columns, when piped);
+    # the lists wrap at their commas instead.
+    widest = max((len(row["op"]) for row in rows), default=2)
+    table = Table(
+        Column("op", no_wrap=True, min_width=widest),
+        "dims",
+        "dtypes",
+        "tunables (compile-time marked *)",
+        title="tilewise ops",
+    )
     for row in rows:
         names = ", ".join(t["name"] + ("*" if t["compile_time"] else "") for t in row["tunables"])
-        table.add_row(row["op"], ",".join(row["dims"]), ",".join(row["dtypes"]), names)
+        table.add_row(row["op"], ", ".join(row["dims"]), ", ".join(row["dtypes"]), names)
     out.print(table)
