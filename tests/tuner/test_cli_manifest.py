@@ -174,6 +174,45 @@ def test_submit_without_wait_prints_the_batch_and_refusals_exit_2(
     assert bad.returncode == 2 and "--export header needs -o FILE" in bad.stderr
 
 
+def test_ctrl_c_while_submit_waits_says_the_batch_goes_on(tmp_path: Path, db_url: str) -> None:
+    """No worker takes the batch: Ctrl-C ends the wait, not the batch, and says where it is."""
+    path = write(tmp_path / "m.json", {"budget": 3, "workloads": [{"op": OP, "shapes": ["N=64"]}]})
+    cache = tmp_path / "cache"
+    env = service_env(cache, API_TOKEN=TOKEN)
+    env.update(COLUMNS="200", HOME=str(tmp_path), XDG_DATA_HOME=str(tmp_path / "data"))
+    with live_server(make_settings(db_url)) as base:
+        proc = subprocess.Popen(
+            cli("submit", str(path), "--url", base, "--wait", "--poll", "0.2"),
+            env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            wait_for(lambda: bool(httpx.get(f"{base}/v1/batches").json()["batches"]), 60, "a batch")
+            proc.send_signal(signal.SIGINT)
+            _, stderr = proc.communicate(timeout=60)
+        finally:
+            proc.kill()
+        (batch,) = httpx.get(f"{base}/v1/batches").json()["batches"]
+    assert proc.returncode == 130, stderr
+    assert batch["status"] == "queued"
+    assert f"stopped following batch {batch['id']}: it goes on on the service" in stderr
+    assert f"{base}/v1/batches/{batch['id']}" in stderr and "Traceback" not in stderr
+
+
+def test_a_cancelled_workload_is_one_error_line_without_a_repeated_status(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from tilewise.cli._common import report_failures
+
+    row = {"where": "workloads[0].shapes[0]", "op": OP, "shape": "N=64", "dtype": "float32",
+           "target": "cpu-twin"}  # fmt: skip
+    failed = [{**row, "status": "cancelled", "error": None}, {**row, "status": "failed",
+              "error": "no tiling ran"}]  # fmt: skip
+    assert report_failures(failed) == 2
+    lines = capsys.readouterr().err.splitlines()
+    where = "error: workloads[0].shapes[0] scale_relu_dropout N=64 float32 cpu-twin"
+    assert lines == [f"{where}: cancelled", f"{where}: failed: no tiling ran"]
+
+
 @pytest.mark.slow
 def test_submit_wait_follows_the_batch_and_writes_the_header_despite_a_failure(
     tmp_path: Path, twin_cache: Path, db_url: str

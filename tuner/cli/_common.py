@@ -236,10 +236,11 @@ def report_failures(rows: list[dict[str, Any]]) -> int:
     """One ``error:`` line on stderr per workload that failed, naming it and why; how many."""
     failed = [r for r in rows if r["status"] in FAILED]
     for row in failed:
-        reason = " ".join(str(row.get("error") or row["status"]).split())
+        # A cancelled job has no error of its own: "cancelled: cancelled" said nothing more.
+        reason = " ".join(str(row.get("error") or "").split())
         err.print(
             f"error: {row['where']} {row['op']} {row['shape']} {row['dtype']} {row['target']}:"
-            f" {row['status']}: {reason}",
+            f" {row['status']}" + (f": {reason}" if reason else ""),
             **ONE_LINE,
         )
     return len(failed)

@@ -99,7 +99,16 @@ def submit(
                 print(json.dumps(batch))
             return
         _warn_unserved(client, batch)
-        batch = _follow(client, batch, poll=poll)
+        try:
+            batch = _follow(client, batch, poll=poll)
+        except KeyboardInterrupt:
+            err.print(
+                f"stopped following batch {batch['id']}: it goes on on the service "
+                f"({base}/v1/batches/{batch['id']})",
+                highlight=False,
+                soft_wrap=True,
+            )
+            raise typer.Exit(130) from None
         text = None if path is None else _table(client, ops, export or "json")
     rows = [_row(item) for item in batch["workloads"]]
     if len(rows) == len(entries):  # the service lists them as the manifest's entries
@@ -115,7 +124,9 @@ def submit(
             write_atomically(path, text)
         except OSError as exc:
             fail(f"cannot write {path}: {exc.strerror or exc}")
-        err.print(f"wrote the {export} table of {', '.join(ops)} to {path}", highlight=False)
+        # One op's table, a header per op, or (JSON of several) the service's whole table.
+        held = ", ".join(ops) if export == "header" or len(ops) == 1 else "every op it serves"
+        err.print(f"wrote the {export} table of {held} to {path}", highlight=False)
     if report_failures(rows):
         raise typer.Exit(1)
 
