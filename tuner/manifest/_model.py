@@ -119,7 +119,8 @@ class ShapeItem(BaseModel):
             elif isinstance(dim, bool) or not isinstance(dim, int):
                 errors.append(_error("dim_type", "a dim is a whole number", (name,), dim))
             elif not 0 <= dim <= MAX_DIM:
-                message = f"a dim is between 0 and {MAX_DIM}"  # the op's own floor: resolve()
+                # Most ops need a dim of 1 or more (conv pad takes 0): entries() checks each.
+                message = f"a dim is not negative and at most {MAX_DIM}"
                 errors.append(_error("dim_range", message, (name,), dim))
             else:
                 dims[name] = dim
