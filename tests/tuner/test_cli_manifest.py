@@ -97,6 +97,14 @@ def test_plan_spreads_a_total_budget_by_weight_and_skips_tuned(tmp_path: Path) -
     table = run("tune-set", str(path), "--plan", "--db", url, cache=tmp_path / "cache")
     assert "N=4096" in table.stdout and "28" in table.stdout, table.stdout
 
+    # A plan writes nothing: on a database file not made yet, all are to tune, and no file is.
+    fresh = tmp_path / "none" / "tilewise.db"
+    planned = run("tune-set", str(path), "--plan", "--json", "--db", f"sqlite:///{fresh}",
+                  cache=tmp_path / "cache")  # fmt: skip
+    assert planned.returncode == 0, planned.stderr
+    assert [r["status"] for r in json.loads(planned.stdout)["workloads"]] == ["queued"] * 3
+    assert not fresh.parent.exists()
+
 
 @pytest.mark.slow
 def test_tune_set_tunes_on_the_twin_and_a_failed_workload_fails_the_exit_code(

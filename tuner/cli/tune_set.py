@@ -97,13 +97,17 @@ def tune_set(
         from tilewise.search._strategies import check_strategy
 
         check_strategy(strategy)
-        db_handle = store.open_store(settings.db_url)
+        # A plan writes nothing: not even the SQLite file a tune would create (nothing in it
+        # is tuned yet).
+        fresh = plan and store.is_missing_file(settings.db_url)
+        db_handle = None if fresh else store.open_store(settings.db_url)
     except TilewiseError as exc:
         fail(str(exc))
     try:
         rows = [_Row(e) for e in entries]
         try:
-            _skip_tuned(db_handle, rows, force=force)
+            if db_handle is not None:
+                _skip_tuned(db_handle, rows, force=force)
             todo = [r for r in rows if r.status == "queued"]
             budgets = assign_budgets(
                 manifest,
@@ -119,10 +123,12 @@ def tune_set(
         if plan:
             _print(title + " (plan)", rows, as_json=as_json, seconds=None)
             return
+        assert db_handle is not None  # opened unless planning
         started = time.monotonic()
         interrupted = _tune_all(db_handle, settings, todo, seed=seed, strategy=strategy)
     finally:
-        db_handle.close()
+        if db_handle is not None:
+            db_handle.close()
     _print(title, rows, as_json=as_json, seconds=time.monotonic() - started)
     failed = report_failures([r.to_dict() for r in rows])
     if interrupted:

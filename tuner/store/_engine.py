@@ -353,6 +353,17 @@ class Store:
         self.engine.dispose()
 
 
+def is_missing_file(url: str | URL) -> bool:
+    """Whether ``url`` names a SQLite file that does not exist yet (what :func:`open_store`
+    would create).
+
+    Raises:
+        StoreError: ``url`` is not a database URL.
+    """
+    path = _sqlite_file(_parse(url))
+    return path is not None and not path.exists()
+
+
 def open_store(url: str | URL, *, create: bool = True, echo: bool = False) -> Store:
     """Open the database at ``url`` for tilewise.
 
