@@ -24,6 +24,7 @@ from tilewise.api.lookup import LookupCache, load_any_toolchain
 from tilewise.api.metrics import Metrics, MetricsMiddleware
 from tilewise.api.middleware import BodyLimit, ConcurrencyLimit
 from tilewise.api.misses import MissRecorder
+from tilewise.api.openapi import with_settings_bounds
 from tilewise.errors import SchemaError
 from tilewise.settings import Settings, get_settings
 from tilewise.store import open_store
@@ -95,6 +96,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     ):
         app.include_router(module.router)
     routes.docs.install(app)
+    with_settings_bounds(app, max_budget=settings.max_budget)
 
     # Added innermost first.
     app.add_middleware(ConcurrencyLimit, max_requests=MAX_CONCURRENT_REQUESTS)

@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from functools import cache
 from typing import Any
 
+from fastapi import FastAPI
+
 from tilewise.kernels.ops import OPS, OpSpec, get_op, list_ops
 from tilewise.kernels.targets import target_names
 from tilewise.types import DTYPES, MAX_DIM
@@ -104,3 +106,23 @@ def job_create_schema(schema: dict[str, Any]) -> None:
         }
         for spec in map(get_op, sorted(OPS))
     ]
+
+
+def with_settings_bounds(app: FastAPI, *, max_budget: int) -> None:
+    """Serve a schema that also holds the bounds the settings set (the largest budget, a
+    ``maximum`` of JobCreate's and BatchCreate's ``budget``): pydantic writes the models'
+    fixed bounds only, and the schema is to carry what the server checks."""
+    plain = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        schema = app.openapi_schema
+        if schema is None:
+            schema = plain()  # kept as app.openapi_schema: completed once, in place
+            models = schema["components"]["schemas"]
+            for model in ("JobCreate", "BatchCreate"):
+                for branch in models[model]["properties"]["budget"].get("anyOf", []):
+                    if branch.get("type") == "integer":
+                        branch["maximum"] = min(branch.get("maximum", max_budget), max_budget)
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

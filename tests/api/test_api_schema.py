@@ -138,3 +138,26 @@ def test_every_op_has_its_dims_in_the_schema(spec: dict[str, Any]) -> None:
     for op in list_ops():
         shape = by_op[op.name]["properties"]["shape"]["anyOf"][0]
         assert shape["required"] == list(op.dims) and shape["additionalProperties"] is False
+
+
+def test_the_schema_holds_the_settings_budget_bound_and_strict_types(client: TestClient) -> None:
+    """What the server refuses the schema refuses: a budget above settings.max_budget, and
+    values of another JSON type (a budget of true or "5", a force of "yes")."""
+    spec = client.get("/openapi.json").json()
+    validator = _body_validator(spec)
+    most = client.app.state.settings.max_budget  # type: ignore[attr-defined]
+    batch = spec["components"]["schemas"]["BatchCreate"]["properties"]["budget"]["anyOf"]
+    assert {"type": "integer", "minimum": 1, "maximum": most} in batch
+    job = {"op": "swiglu", "shape": {"T": 4, "I": 8}}
+    for change, good in [
+        ({"budget": most}, True),
+        ({"budget": most + 1}, False),
+        ({"budget": True}, False),
+        ({"budget": "5"}, False),
+        ({"seconds": "12"}, False),
+        ({"force": "yes"}, False),
+    ]:
+        body = {**job, **change}
+        assert validator.is_valid(body) is good, body
+        r = client.post("/v1/jobs", json=body, headers=AUTH)
+        assert (r.status_code in (200, 202)) is good, (body, r.text)
