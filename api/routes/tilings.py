@@ -16,6 +16,7 @@ from tilewise.api.deps import (
     MissesDep,
     OpDep,
     SessionDep,
+    SettingsDep,
     TableFilters,
     TableFiltersDep,
     WorkloadQueryDep,
@@ -68,6 +69,7 @@ def lookup_tiling(what: WorkloadQueryDep, lookup: LookupDep, misses: MissesDep) 
 def list_misses(
     recorder: MissesDep,
     session: SessionDep,
+    settings: SettingsDep,
     filters: TableFiltersDep,
     op: Annotated[str | None, Query(description="Only this op.")] = None,
     include_tuned: Annotated[
@@ -86,6 +88,11 @@ def list_misses(
     if op is not None:
         with blame("query", "op"):
             op = get_op(op).name
+    if budget is not None and budget > settings.max_budget:  # POST /v1/batches would refuse it
+        raise FieldError(
+            ("query", "budget"),
+            f"budget must be between 1 and {settings.max_budget}, got {budget}",
+        )
     return missing.listing(
         session,
         recorder,

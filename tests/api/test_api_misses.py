@@ -85,6 +85,13 @@ def test_the_misses_manifest_is_a_batch_the_service_tunes(client: TestClient) ->
     r = client.get("/v1/misses", params={"format": "manifest", "total_budget": 2})
     assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["query", "total_budget"]
     assert "below the 3 shapes" in r.json()["detail"][0]["msg"]
+    # What POST /v1/batches would refuse is refused here, with the batch's words.
+    most = client.app.state.settings.max_budget  # type: ignore[attr-defined]
+    r = client.get("/v1/misses", params={"format": "manifest", "budget": most + 1})
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["query", "budget"]
+    assert f"between 1 and {most}" in r.json()["detail"][0]["msg"]
+    r = client.get("/v1/misses", params={"format": "manifest", "budget": 5, "total_budget": 2})
+    assert r.status_code == 422 and "not both" in r.json()["detail"][0]["msg"], r.text
     r = client.get("/v1/misses", params={"format": "manifest", "total_budget": 22})
     assert r.status_code == 200, r.text
     manifest: dict[str, Any] = r.json()

@@ -391,6 +391,8 @@ def manifest_of(
         groups.setdefault((op, target, dtype), []).append(ShapeItem(dims=dims, weight=weight))
     if not groups:
         raise InputError("no shapes: a manifest needs one workload or more")
+    if budget is not None and total_budget is not None:
+        raise InputError("give budget (per workload) or total_budget (spread by weight), not both")
     count = sum(len(items) for items in groups.values())
     if total_budget is not None and total_budget < count:  # tune-set would refuse the file
         raise InputError(
