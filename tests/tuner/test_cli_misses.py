@@ -105,7 +105,11 @@ def test_nothing_to_list_exits_1_and_bad_input_2(tmp_path: Path, db_url: str) ->
                "-o", str(tmp_path / "m.yaml"), tmp_path=tmp_path)  # fmt: skip
     assert none.returncode == 1 and "no untuned shape was asked" in none.stderr
     assert not (tmp_path / "m.yaml").exists()
+    empty = run("misses", "--db", db_url, "--op", "swiglu", "--format", "json", tmp_path=tmp_path)
+    assert empty.returncode == 1 and json.loads(empty.stdout) == {"misses": []}
     for args, message in (
+        (["--budget", "3"], "--budget and --total-budget are a manifest's"),
+        (["--format", "json", "--total-budget", "9"], "give --format manifest"),
         (["--op", "nope"], "unknown op 'nope'"),
         (["--target", "gpu"], "unknown target 'gpu'"),
         (["--format", "yaml"], "unknown --format 'yaml'"),

@@ -4,7 +4,8 @@ submit`` or ``tilewise tune-set``.
 
 They come from the service (``--url``: ``GET /v1/misses``) or from its database (``--db``, the
 settings' by default: ``tw_misses``). Shapes tuned since are left out unless
-``--include-tuned``. Exit code 1 when there is no shape to list (nothing written).
+``--include-tuned``. Exit code 1 when there is no shape to list (no manifest written; JSON
+lists none).
 """
 
 from __future__ import annotations
@@ -68,6 +69,8 @@ def misses(
             raise InputError("--url or --db, not both")
         if budget is not None and total_budget is not None:
             raise InputError("--budget (per workload) or --total-budget, not both")
+        if (budget is not None or total_budget is not None) and fmt != "manifest":
+            raise InputError("--budget and --total-budget are a manifest's: give --format manifest")
         path = None if output is None else Path(output).expanduser()
         if path is not None and not path.parent.is_dir():
             raise InputError(f"cannot write {path}: no directory {path.parent}")
@@ -82,6 +85,8 @@ def misses(
     rows = [r for r in rows if r["count"] >= min_count]
     if fmt == "json":
         print(json.dumps({"misses": rows}))
+        if not rows:  # as the table's: exit code 1 when there is no shape to list
+            raise typer.Exit(1)
         return
     if not rows or (fmt == "manifest" and all(r["tuned"] for r in rows)):
         err.print("no untuned shape was asked (of these filters)", highlight=False)
