@@ -204,8 +204,21 @@ def optuna_engine_kwargs(url: str | URL) -> dict[str, Any]:
 
 def _translate(exc: DBAPIError, engine: Engine) -> StoreError:
     reason = str(exc.orig).strip() or type(exc.orig).__name__
+    where = safe_url(engine.url)
+    if engine.dialect.name == "sqlite" and isinstance(exc, sa.exc.OperationalError):
+        # The file was reached: say what stood in the way, not "cannot reach".
+        if "readonly" in reason:
+            return StoreError(
+                f"cannot write database {where}: {reason} (the file, or its directory, is "
+                "not writable by this user)"
+            )
+        if "locked" in reason:
+            return StoreError(
+                f"database {where} stayed locked by another process for "
+                f"{SQLITE_BUSY_TIMEOUT_S:g} s: {reason}"
+            )
     if exc.connection_invalidated or isinstance(exc, sa.exc.OperationalError):
-        return StoreError(f"cannot reach database {safe_url(engine.url)}: {reason}")
+        return StoreError(f"cannot reach database {where}: {reason}")
     return StoreError(f"database {safe_url(engine.url)} refused an operation: {reason}")
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from tilewise.store import (
     session_scope,
 )
 from tilewise.store._models import TABLE_NAMES, Base
+from tilewise.types import Shape, Workload
 
 OUR_TABLES = {
     "tw_workloads",
@@ -326,3 +328,23 @@ def test_an_in_memory_database_is_refused_as_such_not_sent_to_an_upgrade(url: st
     """Each connection to it starts empty: `tilewise db upgrade` on it would help nothing."""
     with pytest.raises(SchemaError, match=r"is an in-memory SQLite database.*name a file"):
         open_store(url, create=False)
+
+
+def test_a_read_only_or_locked_sqlite_file_is_named_so_not_unreachable(tmp_path: Path) -> None:
+    """The file was reached: 'cannot reach database' sent users to look at the wrong thing."""
+    path = tmp_path / "tw.db"
+    migrate(f"sqlite:///{path}")
+    read_only = open_store(f"sqlite:///file:{path}?mode=ro&uri=true")
+    try:
+        refused = pytest.raises(StoreError, match=r"cannot write database .*readonly.*writable")
+        with refused, read_only.session() as s:
+            store_pkg.commit_workload(
+                s, Workload("swiglu", "v", "cpu-twin", "float32", Shape({"T": 1, "I": 8}))
+            )
+        locked = sa.exc.OperationalError(
+            "INSERT", {}, sqlite3.OperationalError("database is locked")
+        )
+        message = str(_engine._translate(locked, read_only.engine))
+        assert "stayed locked by another process for 30 s" in message
+    finally:
+        read_only.close()
