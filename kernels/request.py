@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from tilewise.errors import InputError
 from tilewise.kernels.ops import OpSpec, get_op
@@ -104,12 +104,28 @@ def parse_shape(shape: str | Mapping[str, int], spec: OpSpec | None = None) -> M
     if not text.startswith("{"):
         return _parse_text(text, spec)
     try:
-        value = json.loads(text)
+        value = json.loads(text, object_pairs_hook=_once_each)
+    except _Twice as exc:  # the text form refuses "M given twice" too
+        raise InputError(f"shape: {exc} given twice in {text!r}") from None
     except (ValueError, RecursionError) as exc:  # RecursionError: nesting thousands deep
         raise InputError(f"shape: not a JSON object: {exc}") from None
     if not isinstance(value, dict):
         raise InputError("shape: a JSON shape is an object of dim: integer")
     return value
+
+
+class _Twice(ValueError):
+    pass
+
+
+def _once_each(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object's pairs as a dict; a key given twice raises (json keeps the last)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _Twice(key)
+        out[key] = value
+    return out
 
 
 def _parse_text(text: str, spec: OpSpec | None) -> Shape:

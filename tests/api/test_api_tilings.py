@@ -70,6 +70,9 @@ def test_lookup_bad_query_names_the_field(client: TestClient) -> None:
     r = client.get(f"{URL}?shape=N=1,N=5")
     assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["query", "shape"]
     assert "N given twice" in r.json()["detail"][0]["msg"]
+    r = client.get(URL, params={"shape": '{"N": 64, "N": 128}'})  # json.loads keeps the last
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["query", "shape"]
+    assert "N given twice" in r.json()["detail"][0]["msg"]
     r = client.get(f'{URL}?shape="N=5"')  # quoted, as in a shell
     assert r.status_code == 422 and "'\"N' is not a dim name" in r.json()["detail"][0]["msg"]
     r = client.get(f"{URL}?shape=N=4&target=tpu")
