@@ -105,6 +105,13 @@ def test_plan_spreads_a_total_budget_by_weight_and_skips_tuned(tmp_path: Path) -
     assert [r["status"] for r in json.loads(planned.stdout)["workloads"]] == ["queued"] * 3
     assert not fresh.parent.exists()
 
+    # A total the per-workload cap cannot spend is planned as far as it can, and said so.
+    capped = write(tmp_path / "big.json", {"total_budget": 9_000_000, "workloads": [
+        {"op": OP, "shapes": [{"N": 4096}, {"N": 8192}]}]})  # fmt: skip
+    big = run("tune-set", str(capped), "--plan", "--json", "--db", url, cache=tmp_path / "cache")
+    assert [r["budget"] for r in json.loads(big.stdout)["workloads"]] == [5000, 5000]
+    assert "of total_budget 9000000, 10000 evaluations are planned" in big.stderr
+
 
 @pytest.mark.slow
 def test_tune_set_tunes_on_the_twin_and_a_failed_workload_fails_the_exit_code(

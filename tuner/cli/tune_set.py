@@ -119,6 +119,14 @@ def tune_set(
             fail(str(exc))
         for row, budget in zip(todo, budgets, strict=True):
             row.budget = budget
+        if todo and manifest.total_budget is not None and sum(budgets) < manifest.total_budget:
+            err.print(
+                f"note: of total_budget {manifest.total_budget}, {sum(budgets)} evaluations are "
+                f"planned: a workload takes at most {settings.max_budget} "
+                "(TILEWISE_MAX_BUDGET)",
+                highlight=False,
+                soft_wrap=True,
+            )
         title = f"{manifest.name or manifest_path}: {len(rows)} workloads"
         if plan:
             _print(title + " (plan)", rows, as_json=as_json, seconds=None)
