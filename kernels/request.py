@@ -104,9 +104,9 @@ def parse_shape(shape: str | Mapping[str, int], spec: OpSpec | None = None) -> M
     if not text.startswith("{"):
         return _parse_text(text, spec)
     try:
-        value = json.loads(text, object_pairs_hook=_once_each)
-    except _Twice as exc:  # the text form refuses "M given twice" too
-        raise InputError(f"shape: {exc} given twice in {text!r}") from None
+        value = json.loads(text, object_pairs_hook=once_each)
+    except KeyTwice as exc:  # the text form refuses "M given twice" too
+        raise InputError(f"shape: {exc.key} given twice in {text!r}") from None
     except (ValueError, RecursionError) as exc:  # RecursionError: nesting thousands deep
         raise InputError(f"shape: not a JSON object: {exc}") from None
     if not isinstance(value, dict):
@@ -114,16 +114,21 @@ def parse_shape(shape: str | Mapping[str, int], spec: OpSpec | None = None) -> M
     return value
 
 
-class _Twice(ValueError):
-    pass
+class KeyTwice(ValueError):
+    """A JSON object gives ``key`` twice (:func:`once_each`)."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"the key {key!r} is given twice in one object")
+        self.key = key
 
 
-def _once_each(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object's pairs as a dict; a key given twice raises (json keeps the last)."""
+def once_each(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads``'s ``object_pairs_hook`` for input people write: a key given twice raises
+    :class:`KeyTwice` (json alone keeps the last value, silently)."""
     out: dict[str, Any] = {}
     for key, value in pairs:
         if key in out:
-            raise _Twice(key)
+            raise KeyTwice(key)
         out[key] = value
     return out
 

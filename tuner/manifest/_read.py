@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from tilewise.errors import InputError
+from tilewise.kernels.request import KeyTwice, once_each
 from tilewise.manifest._model import Manifest, ManifestError, structure_error
 
 
@@ -55,10 +56,10 @@ def parse_text(text: str, *, source: str, as_json: bool = False) -> Manifest:
     mapping (``{T: 16, T: 32}``) is refused: both parsers would keep the last one silently."""
     if as_json:
         try:
-            doc = json.loads(text, object_pairs_hook=_unique_pairs)
+            doc = json.loads(text, object_pairs_hook=once_each)
         except json.JSONDecodeError as exc:
             raise ManifestError((), f"not JSON: {exc}", source=source) from None
-        except _DuplicateKey as exc:
+        except KeyTwice as exc:
             raise ManifestError((), f"not a manifest: {exc}", source=source) from None
     else:
         import yaml
@@ -70,19 +71,6 @@ def parse_text(text: str, *, source: str, as_json: bool = False) -> Manifest:
                 (), f"not YAML: {' '.join(str(exc).split())}", source=source
             ) from None
     return parse_manifest(doc, source=source)
-
-
-class _DuplicateKey(ValueError):
-    pass
-
-
-def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise _DuplicateKey(f"the key {key!r} is given twice in one object")
-        out[key] = value
-    return out
 
 
 @functools.cache
