@@ -134,6 +134,22 @@ def test_odd_shapes(shape: Shape, dtype: str, settings: Settings) -> None:
     assert ops.last_choice is not None and ops.last_choice.shape == shape
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_special_values_come_out_as_the_reference_gives_them(
+    dtype: str, settings: Settings
+) -> None:
+    """relu(NaN) is NaN, in the reference (numpy's maximum) as in PyTorch: the kernel's
+    compare-based ReLU turned it into a 0, hiding a NaN. Infinities and signed zeros too."""
+    spec = get_op("scale_relu_dropout")
+    values = [np.nan, 1.0, -np.nan, -2.0, np.inf, -np.inf, 0.0, -0.0]
+    x = np.array(values * 64, dtype=np.dtype(dtype))
+    shape = Shape({"N": x.size})
+    got = load_ops(TilingTable([]), settings=settings).scale_relu_dropout(x)
+    want = spec.reference({"x": x}, shape, dtype)["y"]
+    assert np.isnan(got).sum() > 0
+    np.testing.assert_array_equal(got, want)  # NaN where the reference has NaN
+
+
 def test_an_entry_failing_the_checks_never_runs(settings: Settings) -> None:
     default = LAG.default_tiling(ODD, "float32", TWIN)
     broken = default.replace(baseM=256)  # in its domain, larger than the single-core block

@@ -117,8 +117,10 @@ private:
         return keep;
     }
 
-    // y = keep && x * s > 0 ? x * s : 0 with s = scale * keepScale: the ReLU is a bit mask ANDed
-    // into the keep bits (one compare that reads the tile, where Relu would read and write it).
+    // y = keep && (x * s > 0 || x is NaN) ? x * s : 0 with s = scale * keepScale: the ReLU is a
+    // bit mask ANDed into the keep bits (one compare that reads the tile, where Relu would read
+    // and write it). A NaN compares false, so its bit comes from x != x: relu(NaN) stays NaN, as
+    // numpy's maximum and PyTorch's relu keep it, rather than hiding it as a 0.
     // The whole tile is computed over `count` rounded up to whole 256 B repeats of float and half
     // (the compares' unit; tileLength is a multiple of that): the elements past the data are never
     // copied out.
@@ -132,8 +134,13 @@ private:
         float s = tiling_.scale * tiling_.keepScale;
         LocalTensor<uint8_t> positive = positiveBuf_.Get<uint8_t>();
         CompareScalar(positive, xLocal, static_cast<T>(0.0f), s < 0.0f ? CMPMODE::LT : CMPMODE::GT, padded);
+        // The hash's scratch is free again once KeepBits has compared it.
+        LocalTensor<uint8_t> isNan = scratchBuf_.Get<uint8_t>();
+        Compare(isNan, xLocal, xLocal, CMPMODE::NE, padded);
+        LocalTensor<uint16_t> positive16 = positive.ReinterpretCast<uint16_t>();
+        Or(positive16, positive16, isNan.ReinterpretCast<uint16_t>(), padded / 16);
         LocalTensor<uint16_t> keep16 = keep.ReinterpretCast<uint16_t>();
-        And(keep16, keep16, positive.ReinterpretCast<uint16_t>(), padded / 16);
+        And(keep16, keep16, positive16, padded / 16);
         Muls(yLocal, xLocal, static_cast<T>(s), padded);
         Select(yLocal, keep, yLocal, static_cast<T>(0.0f), SELMODE::VSEL_TENSOR_SCALAR_MODE, padded);
         outQueueY_.EnQue(yLocal);

@@ -40,10 +40,10 @@ DROP_P = 0.1
 SEED = 20260522
 _U32 = 0xFFFFFFFF
 #: Full-tile vector calls per tile: 7 int32 for the hash, a cast and a compare for the keep bits;
-#: 3 on the data (the ReLU compare, scale, select). One more, the AND of the two bit masks,
-#: touches 1/32 of the bytes.
-MASK_OPS, DATA_OPS = 9, 3
-VECTOR_OPS_PER_TILE = MASK_OPS + DATA_OPS + 1
+#: 4 on the data (the ReLU compare, the NaN compare x != x, scale, select). Two more, the OR and
+#: the AND of the bit masks, touch 1/32 of the bytes each.
+MASK_OPS, DATA_OPS = 9, 4
+VECTOR_OPS_PER_TILE = MASK_OPS + DATA_OPS + 2
 
 
 def seed_mix(seed: int) -> int:
