@@ -157,6 +157,15 @@ def cube_rules(tiling: Tiling, dtype: str, *, single_m: int, single_n: int, k: i
     # A Tiling's own dict, read in C (the runtime checks a carried tiling per first answer).
     t: Mapping[str, int] = tiling._index if type(tiling) is Tiling else tiling
     bm, bn, bk, granule = t["baseM"], t["baseN"], t["baseK"], c0(dtype)
+    # What Matmul::Init refuses (TCubeTiling's rules) is refused here, before a launch: a value
+    # outside the tunables' domains (a hand-written or tampered table) would otherwise pass the
+    # checks and end the process that launches it in-process.
+    if t["dbL0C"] not in (1, 2):
+        reasons.append(f"dbL0C {t['dbL0C']} must be 1 or 2")
+    if t["iterateOrder"] not in (0, 1):
+        reasons.append(f"iterateOrder {t['iterateOrder']} must be 0 or 1")
+    if min(t["stepM"], t["stepN"]) < 1:
+        reasons.append(f"stepM {t['stepM']} and stepN {t['stepN']} must be positive")
     if bm % 16 or bn % 16:
         reasons.append(f"baseM {bm} and baseN {bn} must be multiples of 16")
     if bk % granule:

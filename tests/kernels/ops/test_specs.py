@@ -488,3 +488,20 @@ def test_conv_reference_matches_a_direct_loop() -> None:
         patch = xp[:, :, i * stride : i * stride + 3, j * stride : j * stride + 2]
         want[:, :, i, j] = np.tensordot(patch, w, axes=([1, 2, 3], [1, 2, 3]))
     np.testing.assert_allclose(conv2d(x, w, stride, pad), want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("op", ["linear_add_gelu", "swiglu_mlp", "conv_bias_leakyrelu"])
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [({"dbL0C": 3}, "dbL0C 3 must be 1 or 2"), ({"iterateOrder": 2}, "iterateOrder 2 must be")],
+)
+def test_what_matmul_init_refuses_the_checks_refuse(
+    op: str, change: dict[str, int], reason: str
+) -> None:
+    """Outside the tunables' domains but within the other rules: the twin's Matmul::Init (as
+    the device's) refuses these at launch, which in-process ends the caller."""
+    spec, target = get_op(op), twin_target()
+    shape = Shape.parse(spec.examples[0])
+    tiling = spec.default_tiling(shape, "float32", target).replace(**change)
+    assert not spec.valid(tiling, shape, "float32", target)
+    assert reason in " ".join(spec.check(tiling, shape, "float32", target).reasons)
