@@ -5,6 +5,7 @@ keyword attributes) and the op's parameters. Each check raises InputError naming
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -76,6 +77,7 @@ def shape_of(
     """What :meth:`OpSpec.shape_of` returns or raises."""
     sizes: dict[str, int] = {}
     seen_in: dict[str, str] = {}
+    holders: dict[str, list[str]] = {}  # per dim, every input whose shape holds it
     for name, role in spec.roles.items():
         if role != "in":
             continue
@@ -84,7 +86,7 @@ def shape_of(
         dims, got = spec.layout[name], tuple(shapes[name])
         if len(got) != len(dims):
             raise InputError(
-                f"{spec.name}: {name} must have {len(dims)} dimensions "
+                f"{spec.name}: {name} must have {len(dims)} dimension{'s' * (len(dims) != 1)} "
                 f"({', '.join(dims)}), got shape {got}"
             )
         for axis, (dim, size) in enumerate(zip(dims, got, strict=True)):
@@ -94,6 +96,7 @@ def shape_of(
                     f"{seen_in[dim]} has {dim}={sizes[dim]}"
                 )
             sizes[dim], seen_in[dim] = size, name
+            holders.setdefault(dim, []).append(name)
     unknown = sorted(set(attributes) - set(spec.attributes))
     if unknown:
         takes = ", ".join(spec.attributes) or "none"
@@ -106,9 +109,17 @@ def shape_of(
     try:
         return spec.validate_shape({**sizes, **attributes})
     except InputError as exc:
-        raise InputError(
-            f"{exc} (read from the shapes of {', '.join(dict.fromkeys(seen_in.values()))})"
-        ) from None
+        # Where the value the message names came from: a keyword, or the inputs holding it.
+        named = re.search(r"\bdim (\w+)", str(exc))
+        dim = named.group(1) if named else None
+        if dim in attributes:
+            where = f"given as the keyword {dim}"
+        elif dim in holders:
+            inputs = list(dict.fromkeys(holders[dim]))
+            where = f"read from the shape{'s' * (len(inputs) > 1)} of {', '.join(inputs)}"
+        else:
+            where = f"read from the shapes of {', '.join(dict.fromkeys(seen_in.values()))}"
+        raise InputError(f"{exc} ({where})") from None
 
 
 def bind_parameters(spec: OpSpec, given: Mapping[str, object]) -> dict[str, float]:

@@ -217,6 +217,14 @@ def test_bad_inputs_are_refused_before_any_launch(
     assert ops.last_choice is None
 
 
+def test_an_op_name_misspelt_gets_a_hint(settings: Settings) -> None:
+    ops = load_ops(TilingTable([]), settings=settings)
+    with pytest.raises(AttributeError, match=r"has no op 'swigl' \(did you mean swiglu\?\)"):
+        ops.swigl  # noqa: B018
+    with pytest.raises(AttributeError, match=r"has no op 'matmul'$"):
+        ops.matmul  # noqa: B018
+
+
 def test_a_call_checked_before_lets_no_other_call_through(settings: Settings) -> None:
     """A kept plan serves the same call only: not the same shapes under other names, not an
     attribute of another type."""

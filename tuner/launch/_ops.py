@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from tilewise.errors import InputError
+from tilewise.errors import InputError, close_matches
 from tilewise.kernels.ops import OPS, OpSpec, get_op
 from tilewise.kernels.ops._base import NUMPY_DTYPES, StructField
 from tilewise.launch._device import Device, Launch, open_device
@@ -112,7 +112,9 @@ class Ops:
 
     def __getattr__(self, name: str) -> Callable[..., Result]:
         if name not in OPS:
-            raise AttributeError(f"{type(self).__name__!r} has no op {name!r}")
+            meant = close_matches(name, OPS) if not name.startswith("_") else []
+            hint = f" (did you mean {' or '.join(meant)}?)" if meant else ""
+            raise AttributeError(f"{type(self).__name__!r} has no op {name!r}{hint}")
         spec = get_op(name)
 
         def op(*arrays: Any, out: Result | None = None, **named: Any) -> Result:

@@ -331,9 +331,20 @@ def test_shape_of_names_the_argument_and_the_rule() -> None:
     with pytest.raises(InputError, match=r"w has K=9 \(axis 0\), but x has K=8"):
         lag.shape_of({**good, "w": (9, 16)}, {})
     with pytest.raises(
-        InputError, match=r"dim M must be positive, got 0 \(read from the shapes of x"
+        InputError, match=r"dim M must be positive, got 0 \(read from the shape of x\)"
     ):
         lag.shape_of({**good, "x": (0, 8)}, {})
+    # The dim's own sources: each input holding it, or the keyword that gave it.
+    with pytest.raises(
+        InputError, match=r"dim K must be positive, got 0 \(read from the shapes of x, w\)"
+    ):
+        lag.shape_of({**good, "x": (4, 0), "w": (0, 16)}, {})
+    with pytest.raises(
+        InputError, match=r"dim stride must be positive, got 0 \(given as the keyword stride\)"
+    ):
+        conv.shape_of({"x": (1, 3, 7, 7), "w": (5, 3, 3, 3), "bias": (5,)}, {"stride": 0, "pad": 0})
+    with pytest.raises(InputError, match=r"x must have 1 dimension \(N\), got shape \(2, 2\)"):
+        get_op("scale_relu_dropout").shape_of({"x": (2, 2)}, {})
     with pytest.raises(InputError, match="unknown keyword stride; attributes: none"):
         lag.shape_of(good, {"stride": 1})
     images = {"x": (1, 3, 7, 7), "w": (5, 3, 3, 3), "bias": (5,)}
