@@ -111,11 +111,11 @@ def shape_of(
     except InputError as exc:
         # Where the value the message names came from: a keyword, or the inputs holding it.
         named = re.search(r"\bdim (\w+)", str(exc))
-        dim = named.group(1) if named else None
-        if dim in attributes:
-            where = f"given as the keyword {dim}"
-        elif dim in holders:
-            inputs = list(dict.fromkeys(holders[dim]))
+        culprit = named.group(1) if named else None
+        if culprit in attributes:
+            where = f"given as the keyword {culprit}"
+        elif culprit in holders:
+            inputs = list(dict.fromkeys(holders[culprit]))
             where = f"read from the shape{'s' * (len(inputs) > 1)} of {', '.join(inputs)}"
         else:
             where = f"read from the shapes of {', '.join(dict.fromkeys(seen_in.values()))}"
