@@ -52,7 +52,9 @@ _HOST = socket.gethostname()
 
 def _tune_alive(claimant: str) -> bool:
     """False for the claim of a tune of this host whose process is gone; True otherwise (a
-    worker's, another host's: their liveness is told otherwise)."""
+    worker's, another host's: their liveness is told otherwise). Containers that share a host
+    name but not a pid namespace would misjudge each other's tunes (a tiling measured twice,
+    nothing lost); a fleet runs workers, whose heartbeats tell."""
     owner = claimant.partition("/")[0]
     host, _, pid = owner.removeprefix(_TUNE).rpartition(":")
     if not owner.startswith(_TUNE) or host != _HOST or not pid.isdigit():
