@@ -41,6 +41,7 @@ def queue_job(
     seed: int | None = 1,
     op_version: str | None = None,
     target: str = "cpu-twin",
+    seconds: float | None = None,
 ) -> store.JobRow:
     spec = get_op(OP)
     workload = Workload(
@@ -48,7 +49,9 @@ def queue_job(
     )
     with db.session() as s:
         row = store.commit_workload(s, workload)
-        return store.create_job(s, workload_id=row.id, budget_evals=budget, seed=seed)
+        return store.create_job(
+            s, workload_id=row.id, budget_evals=budget, budget_seconds=seconds, seed=seed
+        )
 
 
 def get_job(db: store.Store, job_id: int) -> store.JobRow:
@@ -264,11 +267,7 @@ def test_a_job_whose_time_limit_ran_out_before_any_evaluation_says_so(
     settings: Settings, db: store.Store
 ) -> None:
     """Not "no tiling ran successfully in 0 evaluations: see the records": there are none."""
-    spec = get_op(OP)
-    workload = Workload(OP, spec.version, "cpu-twin", "float32", Shape({"N": 4096}))
-    with db.session() as s:
-        row = store.commit_workload(s, workload)
-        job = store.create_job(s, workload_id=row.id, budget_evals=3, budget_seconds=1e-6)
+    job = queue_job(db, n=4096, seconds=1e-6)
     backend = FakeBackend()
     Worker(settings=settings, db=db, backend=backend, exit_when_idle=True).run()
     done = get_job(db, job.id)

@@ -155,9 +155,7 @@ def tune(
     if as_json:
         print(json.dumps(result.to_dict()))
     if result.best is None:  # it ran, and found nothing: exit 1, as tune-set's failed workload
-        why = result.why_no_best(seconds)
-        if result.progress.evaluations or seconds is None:
-            why += "; see `tilewise show` and the records for reasons"
+        why = result.why_no_best(seconds, "; see `tilewise show` and the records for reasons")
         err.print(f"error: {why}", **ONE_LINE)
         raise typer.Exit(1)
     if as_json:

@@ -263,7 +263,7 @@ def _settle(row: _Row, result: Any) -> None:
         return
     if result.best is None:
         row.status = "failed"
-        row.error = result.why_no_best(None) + ": see `tilewise show` and the workload's records"
+        row.error = result.why_no_best(None, ": see `tilewise show` and the workload's records")
         return
     row.status = "succeeded"
     row.result = {

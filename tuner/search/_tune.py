@@ -77,15 +77,16 @@ class TuneResult:
     #: run continued a study.
     earlier_evaluations: int = 0
 
-    def why_no_best(self, time_limit: float | None) -> str:
+    def why_no_best(self, time_limit: float | None, see: str) -> str:
         """Why the run found no tiling (``best`` is None), for a message: the time limit ran
-        out before anything was evaluated, or the counts of what was."""
+        out before anything was evaluated, or the counts of what was, followed by ``see``
+        (where the records' reasons are to be read)."""
         p = self.progress
         if p.evaluations == 0 and time_limit is not None:
             return f"the time limit of {time_limit:g} s ran out before the first evaluation"
         return (
             f"no tiling ran successfully in {p.evaluations} evaluations ({p.infeasible}"
-            f" infeasible, {p.failed} failed)"
+            f" infeasible, {p.failed} failed){see}"
         )
 
     @property

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
+import urllib.parse
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
@@ -44,16 +45,12 @@ def safe_url(url: str | URL) -> str:
         parsed = make_url(url)
     except (ArgumentError, ValueError):
         return _mask_unparsed(str(url))
-    if parsed.get_backend_name() == "sqlite" and not parsed.host and parsed.database:
+    text = parsed.render_as_string(hide_password=True)
+    if parsed.get_backend_name() == "sqlite" and not parsed.host:
         # A SQLite path as the user wrote it: rendered, ':' and ' ' in it are percent-encoded
         # (sqlite:///%3Amemory%3A), which is no longer a path one can copy.
-        query = "&".join(f"{k}={v}" for k, vs in parsed.query.items() for v in _values(vs))
-        return f"{parsed.drivername}:///{parsed.database}" + (f"?{query}" if query else "")
-    return parsed.render_as_string(hide_password=True)
-
-
-def _values(value: str | tuple[str, ...]) -> tuple[str, ...]:
-    return (value,) if isinstance(value, str) else value
+        return urllib.parse.unquote(text)
+    return text
 
 
 def _mask_unparsed(text: str) -> str:

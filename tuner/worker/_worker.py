@@ -428,10 +428,8 @@ class Worker:
             )
             return
         if result.best is None:
-            why = result.why_no_best(job.budget_seconds)
-            if result.progress.evaluations or job.budget_seconds is None:
-                why += ": see the workload's records for the reasons"
-            self._fail(held, why)
+            see = ": see the workload's records for the reasons"
+            self._fail(held, result.why_no_best(job.budget_seconds, see))
             return
         with self.db.session() as s:
             finished = store.finish_job(
