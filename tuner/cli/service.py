@@ -39,6 +39,10 @@ QUICK_DEATH_S = 10.0
 MAX_RESTART_DELAY_S = 60.0
 
 
+#: Seconds an idle HTTP connection stays open (see serve).
+KEEP_ALIVE_S = 65
+
+
 def is_loopback(host: str) -> bool:
     if host.strip().lower() == "localhost":
         return True
@@ -280,7 +284,13 @@ def serve(
 
     import uvicorn
 
-    server = uvicorn.Server(uvicorn.Config(api, host=host, port=port, log_level="info"))
+    # Idle connections are kept longer than clients keep theirs (httpx: 5 s, uvicorn's own
+    # default too): at equal timeouts a client could reuse one as the server closed it, and
+    # the request failed with "server disconnected without sending a response".
+    config = uvicorn.Config(
+        api, host=host, port=port, log_level="info", timeout_keep_alive=KEEP_ALIVE_S
+    )
+    server = uvicorn.Server(config)
     signalled: list[int] = []
 
     def on_signal(signum: int, _frame: object) -> None:
