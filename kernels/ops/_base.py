@@ -30,7 +30,7 @@ import hashlib
 import math
 import struct
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import cached_property, lru_cache
 from pathlib import Path
 from types import ModuleType
@@ -316,6 +316,20 @@ class OpSpec(ABC):
             return not self._sized_memo(dtype, target)(tiling, shape)[2]
         except ArithmeticError:
             return False
+
+    def validator(self, dtype: str, target: TargetProfile) -> Callable[[Tiling, Shape], bool]:
+        """:meth:`valid` for ``dtype`` on ``target``, its footprint memo found once, for
+        tilings whose fields are known to be the tunables' (a table's carried tilings: their
+        relative forms were checked when it loaded), which it does not check again."""
+        rules, sized = self.rules, self._sized_memo(dtype, target)
+
+        def valid(tiling: Tiling, shape: Shape) -> bool:
+            try:
+                return not rules(tiling, shape, dtype, target) and not sized(tiling, shape)[2]
+            except ArithmeticError:
+                return False
+
+        return valid
 
     def check(self, tiling: Tiling, shape: Shape, dtype: str, target: TargetProfile) -> Check:
         """Footprint against the target's limits plus :meth:`rules`."""

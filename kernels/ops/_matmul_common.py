@@ -22,11 +22,10 @@ from tilewise.kernels.ops._base import (
     Tunable,
     ceil_div,
     itemsize,
-    round_up,
 )
 from tilewise.kernels.ops._memo import kept_of
 from tilewise.kernels.targets import TargetProfile
-from tilewise.types import Shape, Tiling
+from tilewise.types import DTYPE_BYTES, Shape, Tiling
 
 BASE_MN = (16, 32, 48, 64, 96, 128, 192, 256)
 BASE_K = (8, 16, 32, 64, 128, 256)
@@ -154,9 +153,10 @@ def epilogue_fits(rows: int, base_m: int) -> bool:
 
 def cube_rules(tiling: Tiling, dtype: str, *, single_m: int, single_n: int, k: int) -> list[str]:
     reasons = []
-    # A Tiling's own dict, read in C (the runtime checks a carried tiling per first answer).
+    # A Tiling's own dict, read in C, and the helpers inline: the runtime checks a carried
+    # tiling per first answer.
     t: Mapping[str, int] = tiling._index if type(tiling) is Tiling else tiling
-    bm, bn, bk, granule = t["baseM"], t["baseN"], t["baseK"], c0(dtype)
+    bm, bn, bk, granule = t["baseM"], t["baseN"], t["baseK"], 32 // DTYPE_BYTES[dtype]  # c0
     # What Matmul::Init refuses (TCubeTiling's rules) is refused here, before a launch: a value
     # outside the tunables' domains (a hand-written or tampered table) would otherwise pass the
     # checks and end the process that launches it in-process.
@@ -164,7 +164,7 @@ def cube_rules(tiling: Tiling, dtype: str, *, single_m: int, single_n: int, k: i
         reasons.append(f"dbL0C {t['dbL0C']} must be 1 or 2")
     if t["iterateOrder"] not in (0, 1):
         reasons.append(f"iterateOrder {t['iterateOrder']} must be 0 or 1")
-    if min(t["stepM"], t["stepN"]) < 1:
+    if t["stepM"] < 1 or t["stepN"] < 1:
         reasons.append(f"stepM {t['stepM']} and stepN {t['stepN']} must be positive")
     if bm % 16 or bn % 16:
         reasons.append(f"baseM {bm} and baseN {bn} must be multiples of 16")
@@ -176,7 +176,7 @@ def cube_rules(tiling: Tiling, dtype: str, *, single_m: int, single_n: int, k: i
         reasons.append(f"depthB1 {t['depthB1']} is not a multiple of stepN")
     if bm > -(-single_m // 16) * 16 or bn > -(-single_n // 16) * 16:  # round_up, inline
         reasons.append("base block larger than the single-core block")
-    if bk > round_up(k, granule):
+    if bk > -(-k // granule) * granule:
         reasons.append(f"baseK {bk} larger than K={k}")
     if not epilogue_fits(t["epiRows"], bm):
         reasons.append(f"epiRows {t['epiRows']} exceeds baseM {bm}")

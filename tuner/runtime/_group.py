@@ -59,6 +59,7 @@ class Group:
         "profile",
         "relatives",
         "spec",
+        "valid",
     )
 
     def __init__(
@@ -79,6 +80,8 @@ class Group:
         self.key = itemgetter(*self.dims)
         self.entries = sorted(entries, key=lambda e: tuple(e.shape[d] for d in self.dims))
         self.carry = spec.carry_rules(dtype, profile)
+        # OpSpec.valid of a carried tiling (its fields are the relative form's, checked at load).
+        self.valid = spec.validator(dtype, profile)
         # Checked against the carry rules when the table loaded (TilingTable._foreign).
         self.relatives = [
             e.relative or self.carry.relative(e.tiling, e.shape) for e in self.entries
@@ -189,14 +192,15 @@ def chosen(
         return Answer(default, "default", None, None, None, group.grid_rules[1], gain)
     tiling = group.carry.derive(group.relatives[pick], asked)
     try:
-        valid = tiling is not None and spec.valid(tiling, asked, dtype, profile)
+        valid = tiling is not None and group.valid(tiling, asked)
     except TilewiseError:
         valid = False
     if not valid or tiling is None:
         return nearest(group, asked, max_candidates)
     workload, latency_us = group.entry_meta[pick]
     away = 0.0
-    for tuned_log, value in zip(group.entry_logs[pick], positions, strict=True):
+    # Both one per dim: not checked again (strict zip costs a tenth of a microsecond here).
+    for tuned_log, value in zip(group.entry_logs[pick], positions, strict=False):
         away += abs(tuned_log - log2(value))  # OpSpec.log_position: log2(value + 1 - least)
     return Answer(tiling, "nearest", workload, latency_us, away, group.grid_rules[0], gain)
 
@@ -247,7 +251,7 @@ def _candidate(group: Group, asked: Shape, index: int, away: float) -> Answer | 
         )
     tiling = group.carry.derive(group.relatives[index], asked)
     try:
-        valid = tiling is not None and group.spec.valid(tiling, asked, group.dtype, group.profile)
+        valid = tiling is not None and group.valid(tiling, asked)
     except TilewiseError:
         valid = False
     if valid and tiling is not None:
