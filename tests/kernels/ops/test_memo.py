@@ -69,7 +69,7 @@ def test_an_error_of_the_function_is_raised_and_the_memo_keeps_working() -> None
 
 
 @pytest.mark.parametrize("spec", list_ops(), ids=lambda s: s.name)
-def test_check_and_valid_agree_with_the_footprint_built_again(spec) -> None:  # type: ignore[no-untyped-def]
+def test_check_valid_and_validator_agree_with_the_footprint_built_again(spec) -> None:  # type: ignore[no-untyped-def]
     rng = random.Random(1)
     target = get_target("ascend910b4")
     for shape in spec.example_shapes():
@@ -80,6 +80,7 @@ def test_check_and_valid_agree_with_the_footprint_built_again(spec) -> None:  # 
                 check = spec.check(tiling, shape, dtype, target)
                 assert check.footprint == spec.footprint(tiling, shape, dtype, target)
                 assert spec.valid(tiling, shape, dtype, target) == check.valid
+                assert spec.validator(dtype, target)(tiling, shape) == check.valid
 
 
 def _split_by_every_pair(m: int, n: int, cores: int) -> tuple[int, int]:
