@@ -20,6 +20,7 @@ from fastapi.middleware.cors import CORSMiddleware
 
 from tilewise import __version__
 from tilewise.api import errors, routes
+from tilewise.api.deps import write_refused
 from tilewise.api.lookup import LookupCache, load_any_toolchain
 from tilewise.api.metrics import Metrics, MetricsMiddleware
 from tilewise.api.middleware import BodyLimit, ConcurrencyLimit
@@ -84,7 +85,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings
     app.state.metrics = metrics
-    errors.install(app)
+    errors.install(app, write_refused)
     for module in (
         routes.jobs,
         routes.batches,

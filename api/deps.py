@@ -111,8 +111,23 @@ def require_writer(
     return "token"
 
 
-#: Put first in a write route's signature: it runs before the body is looked at.
+#: Put first in a write route's signature: it runs before the body is validated.
 WriteAuth = Annotated[str, Depends(require_writer)]
+
+
+async def write_refused(request: Request) -> HTTPException | None:
+    """What :func:`require_writer` answers a write route's ``request`` (None: the write is
+    allowed, or the route takes none). FastAPI parses a JSON body before any dependency runs:
+    the error handlers ask this first, so that an anonymous caller with a malformed body is
+    told 401, as with any other body."""
+    dependant = getattr(request.scope.get("route"), "dependant", None)
+    if dependant is None or not any(d.call is require_writer for d in dependant.dependencies):
+        return None
+    try:
+        require_writer(get_settings(request), await _bearer(request))
+    except HTTPException as refused:
+        return refused
+    return None
 
 
 # ---------------------------------------------------------------------------------------------

@@ -9,6 +9,8 @@
   escaped translation → **503** with ``Retry-After``;
 * any other :class:`~tilewise.errors.TilewiseError` → **500**.
 
+A write route that refuses the caller answers **401** (or 403) also when the body is not JSON.
+
 A :class:`~tilewise.errors.SchemaError` at startup is not handled here: the app refuses to start
 (see ``tilewise.api.app``). One met later (someone migrated the database under a running API) is a
 StoreError like any other: 503.
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -61,8 +63,15 @@ def _detail(loc: Loc, message: str) -> list[dict[str, object]]:
     return [{"loc": list(loc), "msg": message, "type": "value_error"}]
 
 
-async def _validation(request: Request, exc: Exception) -> _ErrorResponse:
+#: Whether a write route refuses a request before its body (tilewise.api.deps.write_refused).
+Refusal = Callable[[Request], Awaitable[HTTPException | None]]
+
+
+async def _validation(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, RequestValidationError)
+    refused = await _refusal(request)
+    if refused is not None:
+        return await http_exception_handler(request, refused)
     errors = [
         {
             "loc": list(e.get("loc", ())),
@@ -78,6 +87,9 @@ async def _validation(request: Request, exc: Exception) -> _ErrorResponse:
 async def _http(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     if exc.status_code == 400 and isinstance(exc.__cause__, ValueError | RecursionError):
+        refused = await _refusal(request)
+        if refused is not None:
+            return await http_exception_handler(request, refused)
         # FastAPI answers a JSON body that json.loads refuses with something else than a
         # JSONDecodeError (not UTF-8, an integer of thousands of digits, nesting too deep) with a
         # bare 400 "There was an error parsing the body", where any other undecodable JSON is a
@@ -124,8 +136,15 @@ def _retry() -> dict[str, str]:
     return {"Retry-After": "5"}
 
 
-def install(app: FastAPI) -> None:
-    """Register every handler on ``app``."""
+async def _refusal(request: Request) -> HTTPException | None:
+    refusal: Refusal | None = getattr(request.app.state, "write_refused", None)
+    return None if refusal is None else await refusal(request)
+
+
+def install(app: FastAPI, write_refused: Refusal | None = None) -> None:
+    """Register every handler on ``app``; ``write_refused`` answers first for a body FastAPI
+    could not parse (it parses a body before the route's dependencies check the writer)."""
+    app.state.write_refused = write_refused
     app.add_exception_handler(RequestValidationError, _validation)
     app.add_exception_handler(HTTPException, _http)
     app.add_exception_handler(InputError, _input)

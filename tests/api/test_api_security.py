@@ -39,8 +39,18 @@ def test_writes_without_the_token_are_401(client: TestClient) -> None:
 
 @pytest.mark.reliability
 def test_auth_comes_before_validation(client: TestClient) -> None:
-    # An anonymous caller learns nothing about what a valid body is.
+    # An anonymous caller learns nothing about what a valid body is, nor that it sent no JSON
+    # (FastAPI parses a body before the route's dependencies run).
     assert client.post("/v1/jobs", json={"op": "nope"}).status_code == 401
+    for body in (b"{not json", b"\xff\xfe", b"[" * 5000, b"1" * 5000):
+        for route in ("/v1/jobs", "/v1/batches"):
+            headers = {"Content-Type": "application/json"}
+            r = client.post(route, content=body, headers=headers)
+            assert r.status_code == 401, (route, body[:10], r.text)
+            assert r.headers["www-authenticate"] == "Bearer"
+            r = client.post(route, content=body, headers={**headers, **AUTH})
+            assert r.status_code == 422, (route, body[:10], r.text)
+    assert client.get("/v1/jobs").json()["jobs"] == []
 
 
 def test_dev_mode_opens_writes(db_url: str) -> None:
