@@ -4,7 +4,10 @@ Every output is compared with the op's numpy reference within its tolerance."""
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -399,6 +402,37 @@ def test_a_kernel_error_is_a_backend_error(settings: Settings) -> None:
         launch.host.launch(launch.variant, [a.ctypes.data for a in (*g.values(), out)], {},
                            launch.packed, launch.block_dim, launch.limits)  # fmt: skip
     assert launch.host.threads == CpuTwinBackend(settings).threads
+
+
+# Python 3.12+ warns of any fork in a process with threads (the pool's): that is the case here.
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+def test_a_forked_child_launches_on_a_pool_of_its_own(settings: Settings) -> None:
+    # The parent's pool threads are not in the child: without a pool of its own, its first
+    # launch waited for them forever (a DataLoader worker, multiprocessing with fork).
+    ops = load_ops(TilingTable([]), settings=settings)
+    spec = get_op("swiglu")
+    inputs = inputs_for(spec, Shape({"T": 2, "I": 16}), "float32")
+    expected = ops.swiglu(**inputs)
+    pid = os.fork()
+    if pid == 0:  # the child: exit 0 only when both launches give the parent's answer
+        try:
+            signal.alarm(60)
+            fresh = load_ops(TilingTable([]), settings=settings).swiglu(**inputs)
+            again = ops.swiglu(**inputs)
+            os._exit(
+                0 if np.array_equal(fresh, expected) and np.array_equal(again, expected) else 3
+            )
+        finally:
+            os._exit(4)
+    deadline = time.monotonic() + 90
+    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if done[0] == 0:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child's launch did not return")
+    assert os.waitstatus_to_exitcode(done[1]) == 0
+    assert np.array_equal(ops.swiglu(**inputs), expected)  # the parent's pool still serves
 
 
 def test_two_threads_get_their_own_answers_and_choices(settings: Settings) -> None:

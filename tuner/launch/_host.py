@@ -5,8 +5,9 @@ the cpu-twin backend): a launch runs its blocks on every host core, as in the ru
 are the backend's builds, loaded with ``dlopen`` once per path (a build's path names its
 content, so a loaded library is never stale).
 
-One process-wide lock serialises launches: the pool serves one ``parallel_for`` at a time, and
-a variant keeps ``tw_run``'s error message in a static string until its next call. ctypes
+A forked child starts a pool of its own at its first launch (the parent's threads are not in
+it). One process-wide lock serialises launches: the pool serves one ``parallel_for`` at a time,
+and a variant keeps ``tw_run``'s error message in a static string until its next call. ctypes
 releases the GIL for the call, so other Python threads run while a kernel does.
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import os
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -97,22 +99,38 @@ class Host:
         lib.tw_pool_threads.restype = ctypes.c_uint32
         lib.tw_pool_threads.argtypes = [ctypes.c_void_p]
         lib.tw_pool_destroy.argtypes = [ctypes.c_void_p]
-        pool = lib.tw_pool_create(threads)
-        if not pool:
-            raise BackendError(f"cannot start a pool of {threads} host threads")
-        self._lib, self._pool = lib, pool
+        self._lib, self._asked = lib, threads
         self._host = _TwHost()
-        lib.tw_pool_host(pool, ctypes.byref(self._host))
-        self.threads = int(lib.tw_pool_threads(pool))
+        self._pool: int | None = None
+        self._closed = False
+        self._start()
+        self.threads = int(lib.tw_pool_threads(self._pool))
         self.lock = threading.Lock()
         self._variants: dict[Path, Variant] = {}
         self._workspace = np.empty(0, np.uint8)
         self._workspace_base = 0  # its page-aligned address, found when it is allocated
         atexit.register(self._close)
+        os.register_at_fork(after_in_child=self._forget_pool)
+
+    def _start(self) -> None:
+        pool = self._lib.tw_pool_create(self._asked)
+        if not pool:
+            raise BackendError(f"cannot start a pool of {self._asked} host threads")
+        self._pool = pool
+        self._lib.tw_pool_host(pool, ctypes.byref(self._host))
+
+    def _forget_pool(self) -> None:
+        # A fork copies the forking thread alone: the pool's workers are not in the child, and a
+        # launch (or the pool's destruction at exit) would wait for them forever. The child starts
+        # a pool of its own at its first launch; its copy of the parent's is left untouched. The
+        # lock may have been held by another thread of the parent.
+        self.lock = threading.Lock()
+        self._pool = None
 
     def _close(self) -> None:
         # Joins the workers before the interpreter tears down; a launch in flight finishes first.
         with self.lock:
+            self._closed = True
             if self._pool:
                 self._lib.tw_pool_destroy(self._pool)
                 self._pool = None
@@ -152,8 +170,10 @@ class Host:
         pointers = (ctypes.c_void_p * len(gm))(*gm)
         sizes = {i: -(-n // _PAGE) * _PAGE for i, n in workspace.items()}
         with self.lock:
-            if not self._pool:
+            if self._closed:
                 raise BackendError("the host pool is closed (the interpreter is exiting)")
+            if not self._pool:
+                self._start()  # the first launch in a forked child
             address = self._workspace_at(sum(sizes.values()))
             for position, size in sizes.items():
                 pointers[position] = address
@@ -165,6 +185,14 @@ class Host:
 
 _HOST: Host | None = None
 _HOST_LOCK = threading.Lock()
+
+
+def _new_host_lock() -> None:
+    global _HOST_LOCK
+    _HOST_LOCK = threading.Lock()  # it may have been held by another thread of the parent
+
+
+os.register_at_fork(after_in_child=_new_host_lock)
 
 
 def shared_host(backend: CpuTwinBackend) -> Host:
