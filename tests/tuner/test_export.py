@@ -588,6 +588,13 @@ def test_header_names_fields_and_rejects_bad_input() -> None:
         render_header(_document([bad]), op="scale_relu_dropout")
     sneaky = {**_document([]), "generated_at": "*/ int evil; /*"}
     assert "evil" not in render_header(sneaky, op="linear_add_gelu")
+    # A value outside its domain: TilingTable leaves the entry out, the header refuses it.
+    outside = _entry("scale_relu_dropout", {"N": 1 << 20}, "cpu-twin", "float32")
+    outside["tiling"]["blockDim"] = -4
+    outside.pop("relative", None)
+    assert TilingTable.from_document(_document([outside])).rejected
+    with pytest.raises(InputError, match="blockDim=-4 is outside its domain"):
+        render_header(_document([outside]), op="scale_relu_dropout")
 
 
 CONV_PAD0 = {"N": 1, "C": 4, "H": 9, "W": 9, "K": 8, "R": 3, "S": 3, "stride": 1, "pad": 0}

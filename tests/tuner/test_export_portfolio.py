@@ -10,10 +10,12 @@ import random
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tests_support import (
     PORTFOLIO_SHAPES,
+    build_header_driver,
     c_compilers,
     host_toolchain,
     portfolio_best,
@@ -44,6 +46,7 @@ from tilewise.types import Shape, Tiling, Workload
 LAG = get_op("linear_add_gelu")
 TWIN = get_target("cpu-twin")
 RULES = LAG.carry_rules("float32", TWIN)
+LOOKUP_DRIVER = Path(__file__).parent / "header_driver" / "driver.c"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -246,6 +249,38 @@ def test_header_selects_the_member_python_selects(store: st.Store, tmp_path: Pat
     for compiler, got in portfolio_driver_answers(header, tmp_path, text):
         assert got == expected, compiler
 
+    # The header's lookup answers by the portfolio, as TilingTable.lookup does.
+    table = TilingTable.from_document(doc)
+    tuned = {tuple(s[d] for d in LAG.dims) for s in PORTFOLIO_SHAPES}
+    lookups = []
+    for a in asked:
+        shape = dict(zip(LAG.dims, a, strict=True))
+        answer = table.lookup(LAG.name, target="cpu-twin", dtype="float32", shape=shape)
+        _, tiling = portfolio.choose(LAG, TWIN, shape)
+        assert answer.rule == "portfolio"
+        if tiling is None:  # the header's "use your default"
+            assert answer.tiling == LAG.default_tiling(Shape(shape), "float32", TWIN)
+            lookups.append([0])
+        else:
+            assert answer.tiling == tiling
+            lookups.append([2 if a in tuned else 1, *(tiling[f] for f in fields)])
+    lookups.append([0])  # nothing for float16
+    assert {line[0] for line in lookups} == {0, 1, 2}
+    for compiler, std in c_compilers():
+        exe = build_header_driver(
+            header,
+            LOOKUP_DRIVER,
+            tmp_path / f"lookup-{Path(compiler).name}",
+            compiler,
+            std,
+            LAG.name,
+            {"TW_LOOKUP": f"tilewise_{LAG.name}_lookup"},
+        )
+        done = subprocess.run(
+            [str(exe)], input=text, capture_output=True, text=True, timeout=60, check=True
+        )
+        assert [[int(v) for v in line.split()] for line in done.stdout.splitlines()] == lookups
+
 
 def test_a_portfolio_header_with_nothing_tuned_has_its_functions(
     store: st.Store, tmp_path: Path
@@ -261,7 +296,7 @@ def test_a_portfolio_header_with_nothing_tuned_has_its_functions(
         assert got == [[-1, 0]], compiler
 
 
-def test_header_refuses_a_portfolio_of_a_group_without_entries() -> None:
+def _one_entry_and_a_float16_portfolio() -> dict[str, Any]:
     entry = {
         "op": LAG.name,
         "op_version": LAG.version,
@@ -272,27 +307,52 @@ def test_header_refuses_a_portfolio_of_a_group_without_entries() -> None:
         "latency_us": 10.0,
         "evaluations": 1,
     }
-    doc = {
+    group = {
+        "op": LAG.name,
+        "op_version": LAG.version,
+        "target": "cpu-twin",
+        "dtype": "float16",
+        "members": [{"relative": None, "origin": None}],
+        "shapes": [{"shape": dict(PORTFOLIO_SHAPES[0]), "member": 0}],
+    }
+    return {
         "format": "tilewise.tilings",
         "format_version": 2,
         "entries": [entry],
-        "portfolio": {
-            "k": 1,
-            "within": 0.05,
-            "groups": [
-                {
-                    "op": LAG.name,
-                    "op_version": LAG.version,
-                    "target": "cpu-twin",
-                    "dtype": "float16",
-                    "members": [{"relative": None, "origin": None}],
-                    "shapes": [{"shape": dict(PORTFOLIO_SHAPES[0]), "member": 0}],
-                }
-            ],
-        },
+        "portfolio": {"k": 1, "within": 0.05, "groups": [group]},
     }
+
+
+@pytest.mark.skipif(not c_compilers(), reason="no C compiler")
+def test_a_portfolio_of_a_group_without_entries_answers_in_the_header_as_in_python(
+    tmp_path: Path,
+) -> None:
+    doc = _one_entry_and_a_float16_portfolio()
     assert load_entries(doc).rejected == []
-    with pytest.raises(TableFormatError, match="float16 has no entries"):
+    shape = PORTFOLIO_SHAPES[0]
+    answer = TilingTable.from_document(doc).lookup(
+        LAG.name, target="cpu-twin", dtype="float16", shape=shape
+    )
+    assert answer.rule == "portfolio" and answer.member == 0  # the default member
+    assert answer.tiling == LAG.default_tiling(shape, "float16", TWIN)
+    header = tmp_path / "lag.h"
+    header.write_text(render_header(doc, op=LAG.name))
+    text = f"cpu-twin float16 {' '.join(str(shape[d]) for d in LAG.dims)}\n"
+    for compiler, got in portfolio_driver_answers(header, tmp_path, text):
+        assert got == [[0, 0]], compiler  # member 0, "use your default"
+
+
+def test_the_header_refuses_what_the_runtime_refuses_in_a_portfolio() -> None:
+    doc = _one_entry_and_a_float16_portfolio()
+    groups = doc["portfolio"]["groups"]
+    groups.append(dict(groups[0]))
+    with pytest.raises(TableFormatError, match="a second portfolio"):
+        TilingTable.from_document(doc)
+    with pytest.raises(TableFormatError, match=r"groups\[1\]: a second portfolio"):
+        render_header(doc, op=LAG.name)
+    groups[1:] = []
+    groups[0]["target"] = "npu9"
+    with pytest.raises(InputError, match="unknown target 'npu9'"):
         render_header(doc, op=LAG.name)
 
 

@@ -250,6 +250,32 @@ def is_default_tiling(entry: TableEntry) -> bool:
     return entry.tiling == spec.default_tiling(entry.shape, entry.dtype, get_target(entry.target))
 
 
+def checked_entry(entry: TableEntry, spec: OpSpec, target: TargetProfile) -> Tiling:
+    """The relative form (:func:`checked_relative`) of an entry whose tiling is the op's: its
+    fields the tunables', each value within its domain at the entry's shape.
+
+    Raises:
+        InputError: other fields, a value outside its domain, or a relative form that
+            disagrees with the op's carry rules.
+    """
+    named = f"{entry.op} {entry.target} {entry.dtype} {dict(entry.shape)}"
+    tunables = spec.tunables(entry.shape, entry.dtype, target)
+    names = {t.name for t in tunables}
+    if set(entry.tiling) != names:
+        raise InputError(
+            f"{named}: tiling fields {', '.join(sorted(entry.tiling))} are not the op's "
+            f"tunables {', '.join(sorted(names))}"
+        )
+    # A tuned tiling holds values within its own workload's domains (the tuner proposes
+    # nothing else, the default tiling lies in them too). The op's checks assume so: a
+    # tampered dbL0C of 2**31 - 1 would make a nearest lookup build that many buffers.
+    for tunable in tunables:
+        outside = tunable.outside(entry.tiling[tunable.name])
+        if outside:
+            raise InputError(f"{named}: tiling {outside}")
+    return checked_relative(entry, spec, target)
+
+
 def checked_relative(entry: TableEntry, spec: OpSpec, target: TargetProfile) -> Tiling:
     """The entry's relative form: the stored one, which must be what the op's carry rules
     derive from its tiling, or (a version-1 entry) the derived one.

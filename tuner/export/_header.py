@@ -16,7 +16,7 @@ from tilewise.export._document import (
     FORMAT_VERSION,
     TableEntry,
     TableFormatError,
-    checked_relative,
+    checked_entry,
     is_default_tiling,
     load_entries,
 )
@@ -79,7 +79,8 @@ def render_header(doc: Mapping[str, Any], *, op: str) -> str:
             if set(e.shape) != set(dims):
                 raise InputError(f"{op}: entry shape {e.shape} does not have the dims {dims}")
             spec.validate_shape(e.shape)
-            relatives[id(e)] = checked_relative(e, spec, get_target(target))
+            # As a TilingTable loads it, values outside their domains refused.
+            relatives[id(e)] = checked_entry(e, spec, get_target(target))
             is_default = e.is_default if e.is_default is not None else is_default_tiling(e)
             defaults[id(e)] = is_default or bool(e.carry_slower)
     if fields is None:
@@ -87,10 +88,6 @@ def render_header(doc: Mapping[str, Any], *, op: str) -> str:
 
         unit = Shape({d: 1024 for d in dims})
         fields = [t.name for t in spec.tunables(unit, spec.dtypes[0], twin_target())]
-    idents = {(t, d): f"{_c_name(t)}_{_c_name(d)}" for t, d in groups}
-    if len(set(idents.values())) != len(idents):
-        raise InputError(f"{op}: target/dtype names collide once made C identifiers")
-
     generated_at = str(doc.get("generated_at", "?"))
     if not re.fullmatch(r"[0-9A-Za-z:+.\- ]{1,40}", generated_at):
         generated_at = "?"
@@ -142,7 +139,13 @@ def render_header(doc: Mapping[str, Any], *, op: str) -> str:
             raise InputError(f"{op}: the carry rules' fields are not the tiling's")
         return rules.c_lines(spec.c_extents)
 
-    portfolios = _portfolios(doc, spec, fields, set(groups), dims)
+    portfolios = _portfolios(doc, spec, fields, dims)
+    # A portfolio answers its group's shapes (as in Python's runtime): it needs no entries.
+    for key in portfolios:
+        groups.setdefault(key, [])
+    idents = {(t, d): f"{_c_name(t)}_{_c_name(d)}" for t, d in groups}
+    if len(set(idents.values())) != len(idents):
+        raise InputError(f"{op}: target/dtype names collide once made C identifiers")
     return _template().render(
         op=op,
         version=__version__,
@@ -184,28 +187,30 @@ def render_header(doc: Mapping[str, Any], *, op: str) -> str:
 
 
 def _portfolios(
-    doc: Mapping[str, Any],
-    spec: Any,
-    fields: list[str],
-    groups: set[tuple[str, str]],
-    dims: Sequence[str],
+    doc: Mapping[str, Any], spec: Any, fields: list[str], dims: Sequence[str]
 ) -> dict[tuple[str, str], dict[str, Any]]:
     """The template data of the document's portfolio groups of the op's current version (see
     :mod:`tilewise.export._portfolio_doc`), by (target, dtype).
 
     Raises:
-        TableFormatError: a malformed portfolio section, or one of a group without entries.
-        InputError: members whose fields are not the tiling's, shapes the op does not take.
+        TableFormatError: a malformed portfolio section, or two portfolios of one group.
+        InputError: an unknown or not canonical target, a dtype the op does not take, members
+            whose fields are not the tiling's, shapes the op does not take.
     """
     from tilewise.export._portfolio_doc import load_portfolio
+    from tilewise.kernels.targets import get_target
 
     out: dict[tuple[str, str], dict[str, Any]] = {}
-    for g in load_portfolio(doc):
+    for i, g in enumerate(load_portfolio(doc)):
         if g.op != spec.name or g.op_version != spec.version:
             continue
-        if (g.target, g.dtype) not in groups:
+        where = f"portfolio.groups[{i}]"
+        if get_target(g.target).name != g.target:  # names go into C strings: only canonical ones
+            raise InputError(f"{where}: target {g.target!r} is not a canonical target name")
+        spec.validate_dtype(g.dtype)
+        if (g.target, g.dtype) in out:
             raise TableFormatError(
-                f"portfolio: {g.target} {g.dtype} has no entries of {spec.name} {spec.version}"
+                f"{where}: a second portfolio for {spec.name} {g.target} {g.dtype}"
             )
         members, defaults = [], []
         for m in g.members:

@@ -17,7 +17,7 @@ from tilewise.export import (
     Loaded,
     PortfolioGroup,
     TableEntry,
-    checked_relative,
+    checked_entry,
     load_entries,
     parse_table,
 )
@@ -146,21 +146,7 @@ class TilingTable:
             spec.validate_shape(entry.shape)
         except InputError as exc:
             raise InputError(f"{named}: {exc}") from None
-        tunables = spec.tunables(entry.shape, entry.dtype, profile)
-        names = {t.name for t in tunables}
-        if set(entry.tiling) != names:
-            raise InputError(
-                f"{named}: tiling fields {', '.join(sorted(entry.tiling))} are not the op's "
-                f"tunables {', '.join(sorted(names))}"
-            )
-        # A tuned tiling holds values within its own workload's domains (the tuner proposes
-        # nothing else, the default tiling lies in them too). The op's checks assume so: a
-        # tampered dbL0C of 2**31 - 1 would make a nearest lookup build that many buffers.
-        for tunable in tunables:
-            outside = tunable.outside(entry.tiling[tunable.name])
-            if outside:
-                raise InputError(f"{named}: tiling {outside}")
-        checked_relative(entry, spec, profile)
+        checked_entry(entry, spec, profile)
         return None
 
     # -- loading -------------------------------------------------------------------------------
