@@ -99,6 +99,11 @@ std::string CheckTiling(const Tunables& t, int64_t m, int64_t n, int64_t k, int6
     const int64_t c0 = 32 / dtypeBytes;  // elements of the cube's 32-byte K granule
     const int64_t bm = t.baseM, bn = t.baseN, bk = t.baseK;
     std::string reasons;
+    // What Matmul::Init refuses, as the spec's rules say it (cube_rules, in the same order).
+    if (t.dbL0C != 1 && t.dbL0C != 2) Add(reasons, "dbL0C " + Str(t.dbL0C) + " must be 1 or 2");
+    if (t.iterateOrder != 0 && t.iterateOrder != 1) {
+        Add(reasons, "iterateOrder " + Str(t.iterateOrder) + " must be 0 or 1");
+    }
     if (bm % 16 || bn % 16) Add(reasons, "baseM " + Str(bm) + " and baseN " + Str(bn) + " must be multiples of 16");
     if (bk % c0) Add(reasons, "baseK " + Str(bk) + " must be a multiple of " + Str(c0));
     if (t.depthA1 % t.stepM) Add(reasons, "depthA1 " + Str(t.depthA1) + " is not a multiple of stepM");
@@ -227,7 +232,9 @@ TilingDecision ChooseTiling(int64_t m, int64_t n, int64_t k, const Platform& pla
             d.note = std::string("the table's ") + (d.tableAnswer == TILEWISE_EXACT ? "exact" : "nearest") +
                      " tiling is not valid for this shape (" + broken + ")";
         } else {
-            d.note = "the table has no entry for cpu-twin float32";
+            // TILEWISE_NOT_FOUND: no table for cpu-twin float32, or its rule keeps the default
+            // here (a cell of its grid, the nearest tuned shape's own default, a portfolio's).
+            d.note = "the table says: use your default for this shape";
         }
     } else {
         d.note = "the table was not asked";

@@ -316,6 +316,23 @@ def test_a_given_tiling_is_checked_as_the_spec_checks_it(built: Built) -> None:
     assert overflows == {"UB", "L1", "L0A", "L0B", "L0C"}
 
 
+def test_values_matmul_init_refuses_are_refused_before_the_launch(built: Built) -> None:
+    """iterateOrder and dbL0C outside what Matmul::Init takes: refused with the spec's reasons,
+    not launched into the kernel's failure."""
+    shape = {"M": 64, "N": 128, "K": 128}
+    valid = SPEC.default_tiling(Shape(shape), DTYPE, TWIN)
+    for changes in ({"iterateOrder": 7}, {"iterateOrder": -5}, {"dbL0C": 3}):
+        tiling = valid.replace(**changes)
+        verdict = SPEC.check(tiling, Shape(shape), DTYPE, TWIN)
+        assert not verdict.valid
+        done = built.call(shape, "--tiling", _tiling_arg(tiling), "--repeats", "0")
+        assert done.returncode == 2 and done.stdout == "", done.stdout
+        assert done.stderr == (
+            "error: aclnnLinearAddGeluGetWorkspaceSize returned 561002: tiling not valid for "
+            f"this shape: {'; '.join(verdict.reasons)}\n"
+        )
+
+
 def test_bad_arguments_exit_2_with_one_error(built: Built) -> None:
     bad = (
         ["--shape", "M=0,N=1,K=1"],
