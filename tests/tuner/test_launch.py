@@ -189,7 +189,10 @@ def _bad_calls() -> Iterator[tuple[str, tuple[Any, ...], dict[str, Any], str]]:
     yield "bias", (x, w, b[:95]), {}, r"bias has N=95 \(axis 0\), but w has N=96"
     yield "empty", (x[:0], w, b), {}, r"dim M must be positive, got 0"
     yield "too many", (x, w, b, b), {}, r"takes 3 arrays \(x, w, bias\), got 4"
-    yield "missing", (x, w), {}, r"missing input bias"
+    yield "missing", (x, w), {}, r"missing input bias$"
+    yield "misspelt", (x, w), {"b": b}, r"missing input bias \(got unknown keyword b\)"
+    unaligned = np.frombuffer(bytearray(x.nbytes + 1), np.float32, offset=1, count=x.size)
+    yield "unaligned", (unaligned.reshape(x.shape), w, b), {}, r"aligned \(np.require\(a, req"
     yield "twice", (x, w, b), {"w": w}, r"w given twice"
     yield "keyword", (x, w, b), {"stride": 1}, r"unknown keyword stride"
     yield "out shape", (x, w, b), {"out": out[:36]}, r"out \(out\) must be a float32 array"

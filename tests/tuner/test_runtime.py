@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -410,6 +411,13 @@ def test_empty_document_round_trip(tmp_path: Path) -> None:
 def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="cannot read tiling table"):
         TilingTable.from_file(tmp_path / "nope.json")
+
+
+def test_a_sqlite_file_given_as_a_table_file_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "tuned.db"
+    sqlite3.connect(path).execute("CREATE TABLE t (x)").connection.commit()
+    with pytest.raises(TableFormatError, match=f"did you mean sqlite:///{path}"):
+        TilingTable.from_file(path)
 
 
 def _text(doc: dict[str, Any]) -> str:

@@ -146,6 +146,15 @@ def test_an_input_that_is_not_contiguous_is_copied_to_one(ops: Ops) -> None:
     torch.testing.assert_close(torch.ops.tilewise.swiglu(g, u), want, rtol=1e-5, atol=1e-5)
 
 
+def test_an_input_at_an_odd_byte_offset_is_copied_to_an_aligned_one(ops: Ops) -> None:
+    raw = np.arange(9, dtype=np.float32).tobytes()
+    x = torch.frombuffer(bytearray(b"\0" + raw[:32]), dtype=torch.float32, offset=1, count=8)
+    assert x.is_contiguous() and not x.numpy().flags.aligned
+    spec = get_op("scale_relu_dropout")
+    want = spec.reference({"x": x.numpy().copy()}, Shape({"N": 8}), "float32")["y"]
+    np.testing.assert_array_equal(torch.ops.tilewise.scale_relu_dropout(x).numpy(), want)
+
+
 def test_outputs_are_new_tensors_and_inputs_are_not_copied(
     ops: Ops, monkeypatch: pytest.MonkeyPatch
 ) -> None:

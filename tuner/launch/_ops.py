@@ -320,7 +320,11 @@ def _bind(
         (inputs if key in names else keywords)[key] = value
     missing = [n for n in names if n not in inputs]
     if missing:
-        raise InputError(f"{spec.name}: missing input {', '.join(missing)}")
+        # A keyword the op does not take is most likely the missing input misspelt.
+        takes = {*spec.attributes, *(p.name for p in spec.parameters)}
+        stray = [k for k in keywords if k not in takes]
+        also = f" (got unknown keyword {', '.join(stray)})" if stray else ""
+        raise InputError(f"{spec.name}: missing input {', '.join(missing)}{also}")
     return inputs, *_keywords(spec, keywords)
 
 
@@ -352,8 +356,10 @@ def _check_array(spec: OpSpec, name: str, value: Any) -> np.ndarray:
     if not isinstance(value, np.ndarray):
         raise InputError(f"{spec.name}: {name} must be a numpy array, got {type(value).__name__}")
     if not (value.flags.c_contiguous and value.flags.aligned):
+        # np.ascontiguousarray returns an unaligned contiguous array as it is: require both.
         raise InputError(
-            f"{spec.name}: {name} must be C-contiguous and aligned (np.ascontiguousarray)"
+            f"{spec.name}: {name} must be C-contiguous and aligned "
+            "(np.require(a, requirements='CA') gives such a copy)"
         )
     return value
 

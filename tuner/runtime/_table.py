@@ -17,6 +17,7 @@ from tilewise.export import (
     Loaded,
     PortfolioGroup,
     TableEntry,
+    TableFormatError,
     checked_entry,
     load_entries,
     parse_table,
@@ -186,6 +187,11 @@ class TilingTable:
             data = Path(path).read_bytes()
         except OSError as exc:
             raise InputError(f"cannot read tiling table {path}: {exc.strerror or exc}") from exc
+        if data.startswith(b"SQLite format 3\0"):
+            raise TableFormatError(
+                f"{path}: a SQLite database, not a JSON tiling table: did you mean "
+                f"sqlite:///{Path(path).resolve()}?"
+            )
         return cls._loaded(parse_table(data, source=str(path)), str(path), options)
 
     @classmethod

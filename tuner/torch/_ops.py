@@ -206,7 +206,9 @@ def _array(tensor: torch.Tensor, shape: tuple[int, ...]) -> Any:
         tensor = tensor.detach()
     if tensor.shape != shape:
         tensor = tensor.reshape(shape)
-    return tensor.contiguous().numpy()
+    array = tensor.contiguous().numpy()
+    # A view at an odd byte offset (torch.frombuffer) is contiguous but not aligned.
+    return array if array.flags.aligned else tensor.clone().numpy()
 
 
 def _define(spec: OpSpec) -> CustomOpDef:
