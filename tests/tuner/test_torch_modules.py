@@ -212,6 +212,27 @@ def test_linear_gelu_matches_linear_then_gelu(ops: Ops, bias: bool, dtype: str) 
     assert dict(choice.shape) == {"M": LEAD[0] * LEAD[1], "N": OUT, "K": IN}
 
 
+@pytest.mark.parametrize("module", ["LlamaMLP", "LinearGelu"])
+def test_one_row_without_a_batch_dim_and_an_empty_batch_as_the_plain_modules(
+    ops: Ops, module: str
+) -> None:
+    if module == "LlamaMLP":
+        plain, ours = loaded_mlp(fused=True)
+        width, state = HIDDEN, ours.state_dict()
+    else:
+        plain, ours = loaded_linear_gelu()
+        width, state = IN, sequential_keys(ours.state_dict(), to_plain=True)
+    plain.load_state_dict(state)
+    op = "swiglu_mlp" if module == "LlamaMLP" else "linear_add_gelu"
+    x = tokens(width)[0, 0]
+    got, want = ours(x), plain(x)
+    assert got.shape == want.shape and got.dim() == 1
+    close(got, want, op, "float32")
+    for empty in (x[:0].reshape(0, width), x[:0].reshape(2, 0, width)):
+        got = ours(empty)
+        assert got.shape == plain(empty).shape and got.numel() == 0
+
+
 @pytest.mark.slow
 def test_linear_gelu_gradients_match_linear_then_gelu(ops: Ops) -> None:
     plain, ours = loaded_linear_gelu()

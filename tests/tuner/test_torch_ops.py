@@ -146,6 +146,20 @@ def test_an_input_that_is_not_contiguous_is_copied_to_one(ops: Ops) -> None:
     torch.testing.assert_close(torch.ops.tilewise.swiglu(g, u), want, rtol=1e-5, atol=1e-5)
 
 
+def test_an_empty_batch_gives_empty_outputs_without_a_launch(
+    ops: Ops, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ops, "call", lambda *a, **k: pytest.fail("launched an empty batch"))
+    w, b = torch.randn(80, 96), torch.randn(96)
+    assert torch.ops.tilewise.linear_add_gelu(torch.randn(2, 0, 80), w, b).shape == (2, 0, 96)
+    g = torch.randn(0, 16, requires_grad=True)
+    torch.ops.tilewise.swiglu(g, torch.randn(0, 16)).sum().backward()
+    assert g.grad is not None and g.grad.shape == (0, 16)
+    assert torch.ops.tilewise.scale_relu_dropout(torch.randn(3, 0)).shape == (3, 0)
+    with pytest.raises(InputError, match="w has K=80"):  # the other dims still checked
+        torch.ops.tilewise.linear_add_gelu(torch.randn(0, 79), w, b)
+
+
 def test_an_input_at_an_odd_byte_offset_is_copied_to_an_aligned_one(ops: Ops) -> None:
     raw = np.arange(9, dtype=np.float32).tobytes()
     x = torch.frombuffer(bytearray(b"\0" + raw[:32]), dtype=torch.float32, offset=1, count=8)

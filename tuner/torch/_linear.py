@@ -42,6 +42,8 @@ class LinearGelu(nn.Module):
         self.register_parameter("bias", linear.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() == 1:  # one row without a batch dim, as nn.Linear takes it
+            return self(x.unsqueeze(0)).squeeze(0)
         bias = self.weight.new_zeros(self.out_features) if self.bias is None else self.bias
         out: torch.Tensor = torch.ops.tilewise.linear_add_gelu(x, self.weight.t(), bias)
         return out

@@ -44,6 +44,8 @@ class LlamaMLP(nn.Module):
         self.down_proj = nn.Linear(intermediate, hidden, bias=bias, dtype=dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() == 1:  # one token without a batch dim, as nn.Linear takes it
+            return self(x.unsqueeze(0)).squeeze(0)
         h: torch.Tensor
         if self.fused:
             gate, up = self.gate_proj.weight.t(), self.up_proj.weight.t()

@@ -24,7 +24,7 @@ from torch._library.custom_ops import CustomOpDef
 from tilewise.errors import InputError
 from tilewise.kernels.ops import OpSpec, list_ops
 from tilewise.torch._npu import run_on_npu
-from tilewise.torch._rows import Size, fold, unfold
+from tilewise.torch._rows import ROW_DIMS, Size, fold, unfold
 from tilewise.torch._shared import NPU, current_ops
 from tilewise.types import Shape
 
@@ -139,9 +139,35 @@ def _output_shapes(
 
 def _fake(spec: OpSpec, tensors: Sequence[torch.Tensor], keywords: Mapping[str, Any]) -> Result:
     named = _bind(spec, tensors)
+    folded, lead = fold(spec, {name: tuple(t.shape) for name, t in named.items()})
+    return _empty_outputs(spec, named, folded, lead, keywords)
+
+
+def _no_rows(lead: tuple[Size, ...]) -> bool:
+    """Whether the leading batch dims hold no row (only concrete sizes are looked at: a
+    symbolic one is not fixed to a number)."""
+    return any(isinstance(size, int) and size == 0 for size in lead)
+
+
+def _empty_outputs(
+    spec: OpSpec,
+    named: Mapping[str, torch.Tensor],
+    folded: Mapping[str, tuple[Size, ...]],
+    lead: tuple[Size, ...],
+    keywords: Mapping[str, Any],
+) -> Result:
+    """New, unwritten outputs of the call's shapes. Where the batch dims hold no row, the
+    shapes of a one-row call with the batch dims back: PyTorch's own ops answer an empty batch
+    with empty outputs, and a kernel takes no empty dim (the other dims are checked as in any
+    call)."""
+    if _no_rows(lead):
+        row = ROW_DIMS[spec.name]
+        folded = {
+            name: (1, *shape[1:]) if spec.layout[name][0] == row else shape
+            for name, shape in folded.items()
+        }
     # The parameters change no output shape; the launch checks them.
     attributes = {name: keywords[name] for name in spec.attributes}
-    folded, lead = fold(spec, {name: tuple(t.shape) for name, t in named.items()})
     like = next(iter(named.values()))
     outputs = tuple(
         like.new_empty(unfold(spec, name, shape, lead))
@@ -185,6 +211,8 @@ def _run_on_cpu(
     spec: OpSpec, named: Mapping[str, torch.Tensor], keywords: Mapping[str, Any]
 ) -> Result:
     folded, lead = fold(spec, {name: tuple(t.shape) for name, t in named.items()})
+    if _no_rows(lead):
+        return _empty_outputs(spec, named, folded, lead, keywords)
     result = current_ops().call(
         spec.name, *map(_array, named.values(), folded.values()), **keywords
     )
