@@ -210,3 +210,27 @@ def test_check_run_does_not_build_an_invalid_tiling(tmp_path: Path) -> None:
     result = json.loads(done.stdout)
     assert result["valid"] is False and result["run"] is None
     assert not (tmp_path / "cache").exists()
+
+
+def test_no_help_text_holds_what_rich_would_take_for_markup() -> None:
+    # Rich renders help text as markup: "[default: 5]" vanished from --within's help.
+    import click
+    import typer.main
+
+    from tilewise.cli import app
+
+    def commands(command: click.Command) -> list[click.Command]:
+        found = [command]
+        for sub in getattr(command, "commands", {}).values():
+            found += commands(sub)
+        return found
+
+    texts = [
+        (f"{c.name} {getattr(p, 'name', '')}", text)
+        for c in commands(typer.main.get_command(app))
+        for p in [None, *c.params]
+        for text in [c.help if p is None else getattr(p, "help", None)]
+        if text
+    ]
+    assert len(texts) > 100
+    assert [(where, t) for where, t in texts if re.search(r"\[[a-z/]", t)] == []

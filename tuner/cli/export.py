@@ -59,7 +59,9 @@ def export(
     within: Annotated[
         float | None,
         typer.Option(
-            "--within", help="With --portfolio: percent of a shape's tuned latency [default: 5]."
+            "--within",
+            help="With --portfolio: a member covers a shape within this percent of the shape's "
+            "tuned latency (default 5).",
         ),
     ] = None,
     measure: Annotated[
