@@ -43,7 +43,8 @@ class LinearGelu(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dim() == 1:  # one row without a batch dim, as nn.Linear takes it
-            return self(x.unsqueeze(0)).squeeze(0)
+            one: torch.Tensor = self(x.unsqueeze(0))
+            return one.squeeze(0)
         bias = self.weight.new_zeros(self.out_features) if self.bias is None else self.bias
         out: torch.Tensor = torch.ops.tilewise.linear_add_gelu(x, self.weight.t(), bias)
         return out

@@ -45,7 +45,8 @@ class LlamaMLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dim() == 1:  # one token without a batch dim, as nn.Linear takes it
-            return self(x.unsqueeze(0)).squeeze(0)
+            one: torch.Tensor = self(x.unsqueeze(0))
+            return one.squeeze(0)
         h: torch.Tensor
         if self.fused:
             gate, up = self.gate_proj.weight.t(), self.up_proj.weight.t()
