@@ -356,6 +356,22 @@ def test_the_header_refuses_what_the_runtime_refuses_in_a_portfolio() -> None:
         render_header(doc, op=LAG.name)
 
 
+def test_a_member_outside_the_tunables_ranges_is_refused_by_both() -> None:
+    doc = _one_entry_and_a_float16_portfolio()
+    group = doc["portfolio"]["groups"][0]
+    shape = PORTFOLIO_SHAPES[0]
+    relative = dict(RULES.relative(portfolio_best(shape), shape))
+    group["members"] = [{"relative": {**relative, "dbL0C": 99}, "origin": dict(shape)}]
+    with pytest.raises(TableFormatError, match=r"shapes\[0\]: member 0 has dbL0C=99 is outside"):
+        TilingTable.from_document(doc)
+    with pytest.raises(TableFormatError, match=r"shapes\[0\]: member 0 has dbL0C=99 is outside"):
+        render_header(doc, op=LAG.name)
+    group["members"][0]["relative"]["dbL0C"] = relative["dbL0C"]
+    assert TilingTable.from_document(doc).lookup(
+        LAG.name, target="cpu-twin", dtype="float16", shape=shape
+    ).tiling == LAG.carry_rules("float16", TWIN).derive(Tiling(relative), shape)
+
+
 # ---------------------------------------------------------------------------------------------
 # The CLI
 

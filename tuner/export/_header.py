@@ -197,7 +197,7 @@ def _portfolios(
         InputError: an unknown or not canonical target, a dtype the op does not take, members
             whose fields are not the tiling's, shapes the op does not take.
     """
-    from tilewise.export._portfolio_doc import load_portfolio
+    from tilewise.export._portfolio_doc import check_domains, load_portfolio
     from tilewise.kernels.targets import get_target
 
     out: dict[tuple[str, str], dict[str, Any]] = {}
@@ -221,6 +221,9 @@ def _portfolios(
                 )
             members.append("{" + ", ".join(str(0 if m is None else m[f]) for f in fields) + "}")
             defaults.append(int(m is None))
+        for shape in g.shapes:
+            spec.validate_shape(shape)
+        check_domains(g, spec, get_target(g.target), where)
         rows = []
         tilings = g.tilings or (None,) * len(g.shapes)
         for shape, member, tiling in sorted(

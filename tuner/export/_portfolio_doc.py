@@ -148,6 +148,30 @@ class PortfolioGroup:
         return member, spec.carry_rules(self.dtype, target).derive(relative, asked)
 
 
+def check_domains(group: PortfolioGroup, spec: OpSpec, target: TargetProfile, where: str) -> None:
+    """Each tuned shape's member there (its stored tiling, else the member re-derived) within
+    the ranges of the shape's tunables, as a table's entries are: the op's checks assume so,
+    and a portfolio's answers are not checked against the op's rules.
+
+    Raises:
+        TableFormatError: a value outside its range, naming the shape and the member.
+    """
+    rules = spec.carry_rules(group.dtype, target)
+    tilings = group.tilings or (None,) * len(group.shapes)
+    for j, (shape, member, tiling) in enumerate(
+        zip(group.shapes, group.member_of, tilings, strict=True)
+    ):
+        relative = group.members[member]
+        if tiling is None and relative is not None:
+            tiling = rules.derive(relative, shape)
+        if tiling is None:  # the default member, or beyond int32 ("use your default")
+            continue
+        for tunable in spec.tunables(shape, group.dtype, target):
+            outside = tunable.outside(tiling[tunable.name])
+            if outside:
+                raise TableFormatError(f"{where}.shapes[{j}]: member {member} has {outside}")
+
+
 def load_portfolio(doc: Mapping[str, Any]) -> list[PortfolioGroup]:
     """The document's portfolio groups ([] without a ``portfolio`` section).
 

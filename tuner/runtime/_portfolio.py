@@ -11,6 +11,7 @@ import numpy as np
 
 from tilewise.errors import InputError
 from tilewise.export import PortfolioGroup, TableFormatError
+from tilewise.export._portfolio_doc import check_domains
 from tilewise.kernels.ops import get_op
 from tilewise.kernels.targets import get_target
 from tilewise.runtime._answer import Answer, Source
@@ -29,7 +30,7 @@ class Portfolio:
 
         Raises:
             TableFormatError: a shape the op does not take, members whose fields are not the
-                op's tiling fields.
+                op's tiling fields, a member outside the tunables' ranges at a tuned shape.
         """
         spec, dims = group.spec, group.dims
         fields = set(group.carry.fields)
@@ -48,6 +49,7 @@ class Portfolio:
                 raise TableFormatError(
                     f"{where}.shapes[{j}].shape: not a shape of {spec.name}: {exc}"
                 ) from None
+        check_domains(portfolio, spec, group.profile, where)
         order = sorted(
             range(len(portfolio.shapes)), key=lambda i: [portfolio.shapes[i][d] for d in dims]
         )
