@@ -27,7 +27,7 @@ from tilewise.search import Budget, JobTag, Progress, Tuner
 from tilewise.settings import Settings
 from tilewise.store import JobStatus, WorkerStatus
 from tilewise.types import Shape, Tiling, Workload
-from tilewise.worker import Worker
+from tilewise.worker import MAX_ATTEMPTS, Worker
 
 OP = "scale_relu_dropout"
 ROOT = Path(__file__).resolve().parents[2]
@@ -296,9 +296,16 @@ def test_store_release_holds_and_targets(db: store.Store) -> None:
         assert not store.holds_job(s, job_id=twin.id, worker_id="w")
     back = get_job(db, twin.id)
     assert (back.status, back.worker_id, back.lease_until) == (JobStatus.QUEUED, None, None)
+    # A hand-back is no failed attempt: workers restarted any number of times do not use up
+    # the job's attempts (MAX_ATTEMPTS).
+    for _ in range(MAX_ATTEMPTS + 2):
+        with db.session() as s:
+            handed = store.claim_job(s, worker_id="w", lease_seconds=30, targets=["cpu-twin"])
+            assert handed is not None and handed.attempts == 1
+            assert store.release_job(s, job_id=twin.id, worker_id="w")
     with db.session() as s:
         again = store.claim_job(s, worker_id="w2", lease_seconds=30, targets=["cpu-twin"])
-        assert again is not None and again.id == twin.id and again.attempts == 2
+        assert again is not None and again.id == twin.id and again.attempts == 1
         store.cancel_job(s, job_id=twin.id)
         assert not store.holds_job(s, job_id=twin.id, worker_id="w2")
         assert store.claim_job(s, worker_id="w", lease_seconds=30) is not None  # no filter
