@@ -155,6 +155,10 @@ class Backend(ABC):
         measure: MeasureOptions,
     ) -> RunResult: ...
 
+    def check_runnable(self) -> None:
+        """Raises BackendError naming what this host lacks to run kernels (a worker asks before
+        it claims a job); by default nothing: a backend that builds, runs here."""
+
     def refine_check(
         self,
         spec: OpSpec,

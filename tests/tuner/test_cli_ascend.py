@@ -139,6 +139,45 @@ def test_worker_on_an_npu_target_without_cann_says_what_is_missing(
     assert "CANN toolkit not found: set ASCEND_HOME_PATH or source" in done.stderr
 
 
+def test_worker_with_cann_but_no_npu_serves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A host with the toolkit and no device would claim every job of the target and fail it:
+    the worker refuses to start instead, naming what is missing."""
+    from typer.testing import CliRunner
+
+    from tests.kernels.backends.ascend.ascend_fakes import make_toolkit
+    from tilewise.cli import app
+    from tilewise.kernels.backends._ascend.backend import AscendBackend
+
+    home = make_toolkit(tmp_path / "Ascend", functional=True)
+    platform = home / "x86_64-linux" / "data" / "platform_config"
+    shutil.copy(Path(__file__).parents[1] / "kernels" / "data" / "Ascend910B2.ini", platform)
+    (tmp_path / "dev").mkdir()  # no davinci0
+    monkeypatch.setattr(AscendBackend, "dev_root", tmp_path / "dev")
+    monkeypatch.setenv("ASCEND_HOME_PATH", str(home))
+    db = f"sqlite:///{tmp_path / 'w.db'}"
+    done = CliRunner().invoke(app, ["worker", "--target", "ascend910b2", "--db", db])
+    assert done.exit_code == 2, done.output
+    assert "run mode npu needs an Ascend NPU on this host" in done.output
+
+
+def test_serve_refuses_workers_that_could_not_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each would exit at its start, and serve would restart it without end."""
+    monkeypatch.delenv("ASCEND_HOME_PATH", raising=False)
+    monkeypatch.delenv("ASCEND_TOOLKIT_HOME", raising=False)
+    done = tilewise(
+        "serve", "--target", "ascend910b2", "--port", "1",
+        tmp_path=tmp_path, db=f"sqlite:///{tmp_path / 's.db'}",
+    )  # fmt: skip
+    assert done.returncode == 2
+    [line] = done.stderr.strip().splitlines()[-1:]
+    assert line.startswith("error: CANN toolkit not found")
+    assert line.endswith("(--workers 0 serves the API alone)")
+
+
 def test_tune_on_an_npu_target_without_cann_says_what_is_missing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -525,13 +525,18 @@ def test_serve_on_a_port_in_use_is_one_error_line(tmp_path: Path, twin_cache: Pa
 
 
 def test_serve_runs_the_api_and_supervised_workers(tmp_path: Path, twin_cache: Path) -> None:
-    (tmp_path / "stub_api.py").write_text(STUB_APP)
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "stub_api.py").write_text(STUB_APP)
     url = f"sqlite:///{tmp_path / 'data' / 'serve.db'}"
     port = _free_port()
-    env = _env(twin_cache, PYTHONPATH=f"{tmp_path}{os.pathsep}{ROOT}")
+    env = _env(twin_cache, PYTHONPATH=str(tmp_path / "app"))
+    # Started as a user starts it, from the directory a clone named tilewise sits in: the
+    # workers' `python -m` must not take that folder for the package.
+    (tmp_path / "work" / "tilewise").mkdir(parents=True)
     proc = subprocess.Popen(
         # The stub stands in for tilewise.api.app: the API is not what is tested here.
-        _cli(
+        [
+            str(Path(sys.executable).parent / "tilewise"),
             "serve",
             "--port",
             str(port),
@@ -541,9 +546,9 @@ def test_serve_runs_the_api_and_supervised_workers(tmp_path: Path, twin_cache: P
             url,
             "--app",
             "stub_api:create_app",
-        ),
+        ],
         env=env,
-        cwd=ROOT,
+        cwd=tmp_path / "work",
         stderr=subprocess.PIPE,
         text=True,
     )

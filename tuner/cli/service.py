@@ -117,6 +117,9 @@ class WorkerPool:
     def _spawn(self, slot: _Slot) -> None:
         cmd = [
             sys.executable,
+            # Not the working directory first on sys.path (-m would put it there): a folder
+            # named tilewise in it (the clone's parent directory) would shadow the package.
+            "-P",
             "-m",
             "tilewise.cli",
             "worker",
@@ -185,6 +188,26 @@ class WorkerPool:
 
 # -------------------------------------------------------------------------------------------
 # Commands
+
+
+def _check_runnable(target: str, settings: Settings) -> None:
+    """Raises what a worker would stop on at its start (the target's toolkit or device missing
+    here): `serve` refuses to start workers that would only exit, restarted without end.
+
+    Raises:
+        TilewiseError: the target is unknown, or its backend cannot run kernels on this host
+            (the message says that ``--workers 0`` serves the API alone).
+    """
+    from tilewise.errors import BackendError
+    from tilewise.kernels.backends import create_backend
+    from tilewise.kernels.targets import get_target
+
+    profile = get_target(target)
+    try:
+        with create_backend(profile.backend, settings=settings, target=profile) as backend:
+            backend.check_runnable()
+    except BackendError as exc:
+        raise BackendError(f"{exc} (--workers 0 serves the API alone)") from exc
 
 
 def _configure_logging() -> None:
@@ -271,6 +294,8 @@ def serve(
     try:
         settings = service_settings(settings_for(db), host)
         store.open_store(settings.db_url).close()  # create / check the schema once
+        if workers:
+            _check_runnable(target, settings)
         api = load_app_factory(app_factory)(settings)
     except TilewiseError as exc:
         fail(str(exc))

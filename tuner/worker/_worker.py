@@ -91,17 +91,23 @@ class Worker:
         self._own_db = db is None
         self.db = db if db is not None else store.open_store(settings.db_url)
         self._own_backend = backend is None
+        created: Backend | None = None
         try:
             if backend is None:
                 from tilewise.kernels.backends import create_backend
 
-                backend = create_backend(
+                backend = created = create_backend(
                     self.target.backend,
                     settings=settings,
                     target=self.target,
                     device=self.device or 0,
                 )
+            # A host that cannot run the target's kernels (CANN without an NPU) would claim
+            # every job of the target and fail it: it serves none.
+            backend.check_runnable()
         except BaseException:
+            if created is not None:
+                created.close()
             if self._own_db:
                 self.db.close()
             raise

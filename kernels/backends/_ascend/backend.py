@@ -307,6 +307,9 @@ class AscendBackend(Backend):
         return meta
 
     # -- run ---------------------------------------------------------------------------------
+    def check_runnable(self) -> None:
+        self.check_run_mode()
+
     def check_run_mode(self) -> None:
         """Raises BackendError naming what this host lacks for the run mode (and msprof)."""
         if self._mode_checked:
