@@ -1,8 +1,8 @@
 """Hardware profiles: where a kernel runs and how much on-chip memory each core has.
 
-The built-in table comes from CANN 8.1's ``platform_config/<SoC>.ini`` files (see
-shared/ascend/FACTS.md §3). ``cpu-twin`` runs on this host's cores but keeps the on-chip sizes of
-an Ascend profile (910B1 unless configured), so a tiling tuned on the twin fits that NPU.
+The built-in table comes from CANN 8.1's ``platform_config/<SoC>.ini`` files. ``cpu-twin`` runs
+on this host's cores but keeps the on-chip sizes of an Ascend profile (910B1 unless
+configured), so a tiling tuned on the twin fits that NPU.
 """
 
 from __future__ import annotations

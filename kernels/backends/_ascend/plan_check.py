@@ -30,7 +30,7 @@ from tilewise.kernels.ops import Buffer, Check, OpSpec
 from tilewise.kernels.targets import UB_MIX_RESERVED, UB_RESERVED, TargetProfile
 from tilewise.types import Shape, Tiling
 
-#: SoCs the compiler's --target accepts (FACTS.md §6): no 310P, no plain 910.
+#: SoCs the AscendNPU IR compiler's --target accepts: no 310P, no plain 910.
 SUPPORTED_SOCS = ("Ascend910B1", "Ascend910B2", "Ascend910B3", "Ascend910B4")
 
 _OVERFLOW = re.compile(r"(ub|cbuf) overflow, requires (\d+) bits while (\d+) bits available")
