@@ -198,4 +198,13 @@ def get_target(name: str) -> TargetProfile:
 
 
 def list_targets() -> list[TargetProfile]:
-    return [twin_target(), *(ascend_target(key) for key in BUILTIN)]
+    """Every target's profile. One whose toolkit ini cannot be read is listed with its built-in
+    profile and the reason as its ``source`` (a listing of every target, the dashboard's,
+    should not fail for one); :func:`get_target` of it raises the ConfigError."""
+    profiles = [twin_target()]
+    for key in BUILTIN:
+        try:
+            profiles.append(ascend_target(key))
+        except ConfigError as exc:
+            profiles.append(replace(BUILTIN[key], source=f"built-in, the toolkit's: {exc}"))
+    return profiles

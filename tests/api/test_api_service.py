@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
@@ -21,6 +22,21 @@ def test_targets(read_client: TestClient) -> None:
     assert [t["name"] for t in targets] == [t.name for t in list_targets()]
     b1 = next(t for t in targets if t["name"] == "ascend910b1")
     assert (b1["cube_cores"], b1["vector_cores"], b1["ub"]) == (24, 48, 192 * 1024)
+
+
+def test_one_garbled_platform_ini_leaves_the_other_targets_and_the_dashboard(
+    read_client: TestClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    platform = tmp_path / "x86_64-linux" / "data" / "platform_config"
+    platform.mkdir(parents=True)
+    (platform / "Ascend910B1.ini").write_text("[SoCInfo]\nai_core_cnt=24\n")  # a stub
+    monkeypatch.setenv("ASCEND_HOME_PATH", str(tmp_path))
+    targets = {t["name"]: t for t in read_client.get("/v1/targets").json()}
+    assert targets["ascend910b1"]["source"].startswith("built-in, the toolkit's: platform file")
+    assert "lacks or garbles 'AICoreSpec'" in targets["ascend910b1"]["source"]
+    assert targets["ascend910b2"]["source"] == "built-in"
+    for page in ("/", "/?target=cpu-twin", "/ops/swiglu"):
+        assert read_client.get(page).status_code == 200, page
 
 
 def test_workers(client: TestClient, db: Store) -> None:
