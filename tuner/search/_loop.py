@@ -153,7 +153,11 @@ class AskTellLoop(ABC, Generic[K, R]):
                 self.told()
                 continue
             else:
-                result = self.seen[key] = self.evaluate(trial)
+                try:
+                    result = self.seen[key] = self.evaluate(trial)
+                except BaseException:
+                    self._abandon(trial)
+                    raise
                 idle = idle + 1 if self.idle(result) else 0
             set_constraints(trial, result.constraints)
             self.study.tell(trial, result.value if result.value is not None else math.inf)
@@ -162,6 +166,19 @@ class AskTellLoop(ABC, Generic[K, R]):
             if idle > MAX_IDLE:
                 log.info("%d proposals in a row evaluated nothing: space exhausted", idle)
                 return
+
+    def _abandon(self, trial: optuna.Trial) -> None:
+        """End a trial whose evaluation raised (the backend failed, a second Ctrl-C): left
+        running, it would count as in flight for every later run of the study, and a queued
+        configuration (the default a tune measures first) would not be queued again. It fails,
+        and a queued one is queued anew, for the next run to measure first."""
+        try:
+            fixed = self.study._storage.get_trial(trial._trial_id).system_attrs.get("fixed_params")
+            self.study.tell(trial, state=TrialState.FAIL)
+            if fixed:
+                self.study.enqueue_trial(fixed)
+        except Exception as exc:  # the study's database may be what failed
+            log.warning("trial %d left running: %s", trial.number, exc)
 
     def _timed(self, wall: float, cpu: float) -> None:
         """Add the sampler's seconds since (``wall``, ``cpu``) as one proposal's."""
