@@ -372,12 +372,16 @@ class WorkerPublic(_Out):
     pid: int
     target: str
     device: int | None
-    status: WorkerStatus
+    status: WorkerStatus = Field(description="As the worker last said it (kept after a kill).")
+    alive: bool = Field(
+        description="Not stopped and heard from within a lease (TILEWISE_LEASE_S): a worker "
+        "killed without its stop keeps its last status, and is not alive."
+    )
     started_at: datetime
     last_heartbeat: datetime
 
     @classmethod
-    def of(cls, w: WorkerRow) -> WorkerPublic:
+    def of(cls, w: WorkerRow, lease_s: float) -> WorkerPublic:
         return cls(
             id=w.id,
             host=w.host,
@@ -385,6 +389,7 @@ class WorkerPublic(_Out):
             target=w.target,
             device=w.device,
             status=w.status,
+            alive=w.alive(lease_s),
             started_at=w.started_at,
             last_heartbeat=w.last_heartbeat,
         )

@@ -73,7 +73,7 @@ def _current_toolchains(session: Session) -> dict[str, Toolchain | None]:
     return {target: host_toolchain(target) for target in store.workload_targets(session)}
 
 
-def index(session: Session) -> dict[str, Any]:
+def index(session: Session, lease_s: float) -> dict[str, Any]:
     versions: dict[str, str | None] = {}
     tuned = []
     now = _current_toolchains(session)
@@ -99,7 +99,7 @@ def index(session: Session) -> dict[str, Any]:
             session, untuned=current, toolchains=toolchains, limit=MISSES_SHOWN
         ),
         "jobs": _jobs(session, store.list_jobs(session, limit=JOBS_SHOWN)),
-        "workers": store.list_workers(session),
+        "workers": [(w, w.alive(lease_s)) for w in store.list_workers(session)],
     }
 
 

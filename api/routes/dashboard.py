@@ -11,7 +11,7 @@ from fastapi.templating import Jinja2Templates
 
 from tilewise.api import listing, speedups, views
 from tilewise.api.axes import Scale
-from tilewise.api.deps import MissesDep, SessionDep
+from tilewise.api.deps import MissesDep, SessionDep, SettingsDep
 
 router = APIRouter(tags=["dashboard"], include_in_schema=False)
 templates = Jinja2Templates(directory=Path(__file__).resolve().parent.parent / "templates")
@@ -23,10 +23,14 @@ ScaleDep = Annotated[Scale, Depends(listing.scale)]
 
 @router.get("/", response_class=HTMLResponse)
 def index(
-    request: Request, session: SessionDep, misses: MissesDep, filters: FiltersDep
+    request: Request,
+    session: SessionDep,
+    misses: MissesDep,
+    filters: FiltersDep,
+    settings: SettingsDep,
 ) -> HTMLResponse:
     misses.flush()  # before the page's session begins (see tilewise.api.misses.listing)
-    context = views.index(session)
+    context = views.index(session, settings.lease_s)
     context.update(listing.listed(context["tuned"], filters))
     return templates.TemplateResponse(request, "index.html", context)
 

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request, Response
 
 from tilewise import store
-from tilewise.api.deps import SessionDep, StoreDep
+from tilewise.api.deps import SessionDep, SettingsDep, StoreDep
 from tilewise.api.metrics import CONTENT_TYPE, Metrics
 from tilewise.api.schemas import HealthPublic, TargetPublic, WorkerPublic
 from tilewise.errors import SchemaError
@@ -27,6 +27,7 @@ def get_targets() -> list[TargetPublic]:
 @router.get("/v1/workers", response_model=list[WorkerPublic])
 def get_workers(
     session: SessionDep,
+    settings: SettingsDep,
     alive_within: Annotated[
         float | None,
         # Bounded: "now - alive_within" must stay a date (a huge value was a 500, found by the
@@ -36,7 +37,8 @@ def get_workers(
         ),
     ] = None,
 ) -> list[WorkerPublic]:
-    return [WorkerPublic.of(w) for w in store.list_workers(session, alive_within=alive_within)]
+    workers = store.list_workers(session, alive_within=alive_within)
+    return [WorkerPublic.of(w, settings.lease_s) for w in workers]
 
 
 @router.get(

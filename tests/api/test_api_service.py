@@ -56,8 +56,13 @@ def test_workers(client: TestClient, db: Store) -> None:
     workers = client.get("/v1/workers").json()
     assert [w["id"] for w in workers] == ["h:1:cpu-twin:-", "h:2:cpu-twin:-"]
     assert workers[0]["status"] == "idle" and workers[0]["pid"] == 1
+    # The second stopped hearing from in 2000, killed without its stop: its status stays.
+    assert [(w["status"], w["alive"]) for w in workers] == [("idle", True), ("idle", False)]
     alive = client.get("/v1/workers?alive_within=60").json()
     assert [w["id"] for w in alive] == ["h:1:cpu-twin:-"]
+    page = client.get("/").text
+    assert "lost (was idle; no heartbeat for a lease)" in page
+    assert page.count("lost (was") == 1
 
 
 def test_healthz(client: TestClient) -> None:

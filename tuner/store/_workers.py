@@ -27,6 +27,12 @@ class WorkerRow:
     started_at: datetime
     last_heartbeat: datetime
 
+    def alive(self, lease_s: float, now: datetime | None = None) -> bool:
+        """Not stopped and heard from within ``lease_s`` seconds: a worker killed without its
+        stop (SIGKILL, a lost host) keeps its last status, busy or idle, on record."""
+        since = (now or utcnow()) - timedelta(seconds=lease_s)
+        return self.status is not WorkerStatus.STOPPED and self.last_heartbeat >= since
+
 
 def _worker_row(m: WorkerModel) -> WorkerRow:
     return WorkerRow(
