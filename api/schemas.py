@@ -219,6 +219,7 @@ class JobPublic(_Out):
 
 class JobList(_Out):
     jobs: list[JobPublic]
+    total: int = Field(description="Jobs that match, listed or not (the list stops at limit).")
 
 
 class TunedPublic(_Out):

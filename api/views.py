@@ -99,6 +99,7 @@ def index(session: Session, lease_s: float) -> dict[str, Any]:
             session, untuned=current, toolchains=toolchains, limit=MISSES_SHOWN
         ),
         "jobs": _jobs(session, store.list_jobs(session, limit=JOBS_SHOWN)),
+        "jobs_total": store.count_jobs(session),
         "workers": [(w, w.alive(lease_s)) for w in store.list_workers(session)],
     }
 

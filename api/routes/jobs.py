@@ -6,6 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Response, status
 
+from tilewise import store
 from tilewise.api import jobs
 from tilewise.api.deps import SessionDep, TuneRequestDep, WriteAuth, blame
 from tilewise.api.schemas import JobList, JobPublic, TunedPublic
@@ -51,11 +52,12 @@ def list_jobs(
     op: Annotated[str | None, Query()] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> JobList:
-    """Jobs, newest first."""
+    """Jobs, newest first: at most ``limit`` of the ``total`` that match."""
     if op is not None:
         with blame("query", "op"):
             get_op(op)
-    return JobList(jobs=jobs.listing(session, status=status, op=op, limit=limit))
+    listed = jobs.listing(session, status=status, op=op, limit=limit)
+    return JobList(jobs=listed, total=store.count_jobs(session, status=status, op=op))
 
 
 @router.get("/{job_id}", response_model=JobPublic, responses={404: {"description": "No job."}})

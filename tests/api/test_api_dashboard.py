@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from fastapi.testclient import TestClient
 
 from tests.api._support import AUTH, seed_tuned
+from tilewise.api import views
 from tilewise.api.charts import Curve, chart, sparkline
 from tilewise.store import Store
 
@@ -29,6 +31,19 @@ def test_index_lists_best_tilings_and_jobs(client: TestClient, db: Store) -> Non
     assert '<svg class="spark"' in cells
     assert f'href="http://testserver/workloads/{seeded.workload.key}"' in cells
     assert 'id="jobs"' in html and "N=4096" in html and "queued" in html
+
+
+def test_index_says_when_it_lists_only_the_newest_jobs(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(views, "JOBS_SHOWN", 2)
+    for n in (64, 128, 256):
+        body = {"op": "scale_relu_dropout", "shape": {"N": n}, "budget": 3}
+        client.post("/v1/jobs", json=body, headers=AUTH)
+    html = client.get("/").text
+    assert "The newest 2 of 3 jobs" in html and "N=64<" not in html
+    monkeypatch.setattr(views, "JOBS_SHOWN", 3)
+    assert 'id="jobs-shown"' not in client.get("/").text
 
 
 def test_index_without_anything_tuned(client: TestClient) -> None:

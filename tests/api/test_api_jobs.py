@@ -153,6 +153,10 @@ def test_list_filters_by_status_and_op(client: TestClient) -> None:
     assert [j["id"] for j in client.get("/v1/jobs?status=queued").json()["jobs"]] == [b["id"]]
     assert [j["id"] for j in client.get("/v1/jobs?status=cancelled").json()["jobs"]] == [a["id"]]
     assert [j["id"] for j in client.get("/v1/jobs?op=linear_add_gelu").json()["jobs"]] == [b["id"]]
+    # limit cuts the list, total says how many matched.
+    cut = client.get("/v1/jobs?limit=1").json()
+    assert ([j["id"] for j in cut["jobs"]], cut["total"]) == ([b["id"]], 2)
+    assert client.get("/v1/jobs?status=queued&limit=1").json()["total"] == 1
     bad = client.get("/v1/jobs?status=paused")
     assert bad.status_code == 422 and bad.json()["detail"][0]["loc"] == ["query", "status"]
     bad = client.get("/v1/jobs?op=nope")

@@ -114,7 +114,30 @@ def list_jobs(
     limit: int | None = None,
 ) -> list[JobRow]:
     """Jobs, newest first, filtered by status (one or several), op and workload."""
-    query = select(JobModel)
+    query = _filtered(select(JobModel), status, op, workload_id).order_by(JobModel.id.desc())
+    if limit is not None:
+        query = query.limit(limit)
+    return [job_row(m) for m in session.scalars(query.execution_options(populate_existing=True))]
+
+
+def count_jobs(
+    session: Session,
+    *,
+    status: JobStatus | str | Collection[JobStatus | str] | None = None,
+    op: str | None = None,
+    workload_id: int | None = None,
+) -> int:
+    """How many jobs :func:`list_jobs` would list without its limit."""
+    query = _filtered(select(sa_func.count()).select_from(JobModel), status, op, workload_id)
+    return int(session.scalar(query) or 0)
+
+
+def _filtered(
+    query: Any,
+    status: JobStatus | str | Collection[JobStatus | str] | None,
+    op: str | None,
+    workload_id: int | None,
+) -> Any:
     if status is not None:
         wanted = [status] if isinstance(status, str) else list(status)
         query = query.where(JobModel.status.in_([enum_value(JobStatus, s) for s in wanted]))
@@ -124,10 +147,7 @@ def list_jobs(
         )
     if workload_id is not None:
         query = query.where(JobModel.workload_id == workload_id)
-    query = query.order_by(JobModel.id.desc())
-    if limit is not None:
-        query = query.limit(limit)
-    return [job_row(m) for m in session.scalars(query.execution_options(populate_existing=True))]
+    return query
 
 
 def count_jobs_by_status(session: Session) -> dict[JobStatus, int]:
