@@ -258,6 +258,9 @@ class Toolchain:
     def __str__(self) -> str:
         if not self.known:
             return "unknown toolchain"
+        # On Ascend the compiler and the headers are both the CANN version: named once.
+        if self.headers == self.compiler:
+            return f"{self.compiler}, profile {self.profile}"
         return f"{self.compiler}, {self.headers}, profile {self.profile}"
 
     def to_dict(self) -> dict[str, str]:

@@ -80,6 +80,15 @@ def test_toolchain_id_is_a_stable_short_hash_of_its_parts() -> None:
     assert Toolchain.unknown().id == UNKNOWN_TOOLCHAIN and not Toolchain.unknown().known
 
 
+def test_a_toolchain_names_a_version_once() -> None:
+    from tilewise.types import Toolchain
+
+    ascend = Toolchain("ascend", "CANN 8.1.RC1", "CANN 8.1.RC1", "aaaaaaaaaaaa")
+    assert str(ascend) == "CANN 8.1.RC1, profile aaaaaaaaaaaa"
+    twin = Toolchain("cpu-twin", "clang 19.1", "twin 0123456789ab", "aaaaaaaaaaaa")
+    assert str(twin) == "clang 19.1, twin 0123456789ab, profile aaaaaaaaaaaa"
+
+
 def test_toolchain_stale_reasons_name_what_changed() -> None:
     from tilewise.types import Toolchain
 
