@@ -249,6 +249,7 @@ def test_stop_hands_the_job_back(settings: Settings, db: store.Store) -> None:
     back = get_job(db, job.id)
     assert back.status is JobStatus.QUEUED
     assert back.worker_id is None and back.lease_until is None
+    assert back.attempts == 0  # a stop is no failed attempt: restarts do not use them up
     with db.session() as s:
         assert back.evaluations == store.job_evaluations(s, job_id=job.id) >= 3
 
@@ -296,16 +297,16 @@ def test_store_release_holds_and_targets(db: store.Store) -> None:
         assert not store.holds_job(s, job_id=twin.id, worker_id="w")
     back = get_job(db, twin.id)
     assert (back.status, back.worker_id, back.lease_until) == (JobStatus.QUEUED, None, None)
-    # A hand-back is no failed attempt: workers restarted any number of times do not use up
-    # the job's attempts (MAX_ATTEMPTS).
+    # A graceful hand-back is no attempt: workers restarted any number of times do not use up
+    # the job's attempts (MAX_ATTEMPTS); one that lost the database counts.
     for _ in range(MAX_ATTEMPTS + 2):
         with db.session() as s:
             handed = store.claim_job(s, worker_id="w", lease_seconds=30, targets=["cpu-twin"])
-            assert handed is not None and handed.attempts == 1
-            assert store.release_job(s, job_id=twin.id, worker_id="w")
+            assert handed is not None and handed.attempts == 2
+            assert store.release_job(s, job_id=twin.id, worker_id="w", attempted=False)
     with db.session() as s:
         again = store.claim_job(s, worker_id="w2", lease_seconds=30, targets=["cpu-twin"])
-        assert again is not None and again.id == twin.id and again.attempts == 1
+        assert again is not None and again.id == twin.id and again.attempts == 2
         store.cancel_job(s, job_id=twin.id)
         assert not store.holds_job(s, job_id=twin.id, worker_id="w2")
         assert store.claim_job(s, worker_id="w", lease_seconds=30) is not None  # no filter

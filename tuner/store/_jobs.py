@@ -357,18 +357,17 @@ def release_job(
     worker_id: str,
     evaluations: int | None = None,
     best_latency_us: float | None = None,
+    attempted: bool = True,
 ) -> bool:
     """Hand a running job back to the queue (a worker shutting down before its budget is
-    spent): ``queued``, no worker, no lease, so the next claim resumes it at once; the claim
-    is not counted as an attempt (the cap on attempts is for claims that died or failed). False
-    if ``worker_id`` did not hold it (then nothing changes). None values leave progress as
-    is."""
-    values: dict[str, Any] = {
-        "status": JobStatus.QUEUED,
-        "worker_id": None,
-        "lease_until": None,
-        "attempts": JobModel.attempts - 1,
-    }
+    spent, or one that lost the database): ``queued``, no worker, no lease, so the next claim
+    resumes it at once. Without ``attempted`` (a graceful stop, nothing wrong with the job) the
+    claim is not counted as one of its attempts, which are capped to bound the retries of a
+    job that keeps failing its workers. False if ``worker_id`` did not hold it (then nothing
+    changes). None values leave progress as is."""
+    values: dict[str, Any] = {"status": JobStatus.QUEUED, "worker_id": None, "lease_until": None}
+    if not attempted:
+        values["attempts"] = JobModel.attempts - 1
     if evaluations is not None:
         values["evaluations"] = evaluations
     if best_latency_us is not None:

@@ -423,6 +423,7 @@ class Worker:
                     worker_id=self.id,
                     evaluations=spent,
                     best_latency_us=result.progress.best_us,
+                    attempted=False,  # stopped (SIGTERM): a restart is no failed attempt
                 )
             log.info(
                 "worker %s: job %d %s after %d of %d evaluations",
