@@ -231,13 +231,14 @@ def test_sigterm_mid_trial_completes_it_hands_the_job_back_and_exits_0(
     back = get_job(db, job.id)
     assert back.status is JobStatus.QUEUED, back
     assert back.worker_id is None and back.lease_until is None
+    assert back.attempts == 0  # a stop's hand-back is no attempt (restarts do not fail a job)
     handed_back = spent(db, job.id)
     assert back.evaluations == handed_back >= 3
 
     with running(command, env=worker_env(twin_cache), log=tmp_path / "b.log") as second:
         assert second.wait(TIMEOUT_S) == 0, second.log()
     done = get_job(db, job.id)
-    assert done.status is JobStatus.SUCCEEDED and done.attempts == 2, (done, second.log())
+    assert done.status is JobStatus.SUCCEEDED and done.attempts == 1, (done, second.log())
     after = records(db, job.workload_id)
     assert done.evaluations == spent(db, job.id) == len(counted(after, job.id)) == budget
     keys = [r.tiling_key for r in measured(after)]

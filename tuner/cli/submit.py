@@ -86,20 +86,20 @@ def submit(
     with client:
         body = {**manifest.to_document(), "force": force}
         batch = _answer(client, "POST", "/v1/batches", json=body, what="submit the manifest")
-        totals = batch["totals"]
-        err.print(
-            f"batch {batch['id']} on {base}: {totals['workloads']} workloads, "
-            f"{totals['tuned']} tuned already, {totals['workloads'] - totals['tuned']} to tune "
-            f"({totals['budget']} evaluations)",
-            highlight=False,
-            soft_wrap=True,
-        )
-        if not (wait or export):
-            if as_json:
-                print(json.dumps(batch))
-            return
-        _warn_unserved(client, batch)
-        try:
+        try:  # from here on a Ctrl-C leaves a batch on the service: say where
+            totals = batch["totals"]
+            err.print(
+                f"batch {batch['id']} on {base}: {totals['workloads']} workloads, "
+                f"{totals['tuned']} tuned already, {totals['workloads'] - totals['tuned']} to "
+                f"tune ({totals['budget']} evaluations)",
+                highlight=False,
+                soft_wrap=True,
+            )
+            if not (wait or export):
+                if as_json:
+                    print(json.dumps(batch))
+                return
+            _warn_unserved(client, batch)
             batch = _follow(client, batch, poll=poll)
         except KeyboardInterrupt:
             err.print(
