@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 from pathlib import Path
 
 import pytest
@@ -160,6 +161,9 @@ def test_worker_with_cann_but_no_npu_serves_nothing(
     done = CliRunner().invoke(app, ["worker", "--target", "ascend910b2", "--db", db])
     assert done.exit_code == 2, done.output
     assert "run mode npu needs an Ascend NPU on this host" in done.output
+    # The command blocked SIGINT and SIGTERM for its worker; ending without one, it lifts the
+    # block (else this process, and every child it starts, would ignore them).
+    assert not signal.pthread_sigmask(signal.SIG_BLOCK, []) & {signal.SIGINT, signal.SIGTERM}
 
 
 def test_serve_refuses_workers_that_could_not_run(

@@ -247,7 +247,12 @@ def worker(
     spent) or handed back to the queue for another worker; the exit code is 0.
     """
     from tilewise.errors import TilewiseError
-    from tilewise.worker import Worker, block_stop_signals, stop_on_signals
+    from tilewise.worker import (
+        Worker,
+        block_stop_signals,
+        stop_on_signals,
+        unblock_stop_signals,
+    )
 
     _configure_logging()
     # Before any thread or child process exists: they inherit the blocked signals, and a
@@ -264,6 +269,7 @@ def worker(
             strategy=strategy,
         )
     except TilewiseError as exc:
+        unblock_stop_signals()  # no worker runs: nothing started since inherits the block
         fail(str(exc))
     stop_on_signals(w)
     done = w.run()

@@ -31,7 +31,12 @@ every earlier record and never measures a tiling again.
 """
 
 from tilewise.worker._jobs import JobError, job_inputs, worker_id_for
-from tilewise.worker._signals import STOP_SIGNALS, block_stop_signals, stop_on_signals
+from tilewise.worker._signals import (
+    STOP_SIGNALS,
+    block_stop_signals,
+    stop_on_signals,
+    unblock_stop_signals,
+)
 from tilewise.worker._worker import MAX_ATTEMPTS, PROGRESS_EVERY_S, Worker
 
 __all__ = [
@@ -43,5 +48,6 @@ __all__ = [
     "block_stop_signals",
     "job_inputs",
     "stop_on_signals",
+    "unblock_stop_signals",
     "worker_id_for",
 ]

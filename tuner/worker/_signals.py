@@ -24,6 +24,12 @@ def block_stop_signals() -> None:
     signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
 
 
+def unblock_stop_signals() -> None:
+    """Undo :func:`block_stop_signals` (a command that ends before it runs a worker: a caller
+    in the same process, a test's, must not keep the signals blocked)."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+
+
 def stop_on_signals(worker: Worker) -> None:
     """Stop ``worker`` gracefully on SIGTERM or SIGINT; a second signal exits at once.
 
