@@ -43,6 +43,7 @@ PUBLIC = {
         "ConvBnAct",
         "LinearGelu",
         "LlamaMLP",
+        "ScaleReluDropout",
         "current_ops",
         "fuse_conv_bn_act",
         "use_table",

@@ -189,8 +189,9 @@ class OpSpec(ABC):
         """Every one of :attr:`parameters` by name: its value in ``given``, else its default.
 
         Raises:
-            InputError: a name that is no parameter of the op, or a value that is not a finite
-                real number a float32 holds (the tiling struct's field is one).
+            InputError: a name that is no parameter of the op, a value that is not a finite
+                real number a float32 holds (the tiling struct's field is one; an integer for
+                an integer parameter), or one outside the parameter's domain.
         """
         return _inputs.bind_parameters(self, given)
 
@@ -440,7 +441,9 @@ class OpSpec(ABC):
         """:meth:`pack_tiling` of the fields :meth:`tiling_struct` returned: a caller that
         keeps them packs other parameter values without building the struct again."""
         bound = self.bind_parameters(parameters or {}) if self.parameters else {}
-        by_field = {p.field: bound[p.name] for p in self.parameters}
+        by_field = {
+            name: value for p in self.parameters for name, value in p.fields(bound[p.name]).items()
+        }
         values = [by_field.get(f.name, f.value) for f in fields]
         try:
             return struct.pack("<" + "".join(f.code for f in fields), *values)

@@ -16,6 +16,7 @@ from tilewise.types import MAX_DIM, Shape
 
 if TYPE_CHECKING:
     from tilewise.kernels.ops._base import OpSpec
+    from tilewise.kernels.ops._values import Parameter
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 
@@ -131,17 +132,38 @@ def bind_parameters(spec: OpSpec, given: Mapping[str, object]) -> dict[str, floa
             f"{spec.name}: unknown parameter {', '.join(unknown)}; "
             f"parameters: {', '.join(names) or 'none'}"
         )
-    values: dict[str, float] = {}
-    for parameter in spec.parameters:
-        value = given.get(parameter.name, parameter.default)
-        real = int | float | np.integer | np.floating
-        if isinstance(value, bool | np.bool_) or not isinstance(value, real):
-            raise InputError(f"{spec.name}: {parameter.name} must be a real number, got {value!r}")
+    return {p.name: _bind(spec, p, given.get(p.name, p.default)) for p in spec.parameters}
+
+
+def _bind(spec: OpSpec, parameter: Parameter, value: object) -> float:
+    """One parameter's value, checked: an int for an integer, else a real number as the
+    kernel's float32 field holds it; within the parameter's domain."""
+    name = f"{spec.name}: {parameter.name}"
+    # True is no number here, though Python counts it as one.
+    boolean = isinstance(value, bool | np.bool_)
+    if parameter.integer:
+        if boolean or not isinstance(value, int | np.integer):
+            raise InputError(f"{name} must be an integer, got {value!r}")
+        number: float = int(value)
+    else:
+        if boolean or not isinstance(value, int | float | np.integer | np.floating):
+            raise InputError(f"{name} must be a real number, got {value!r}")
         number = float(value)
         if not math.isfinite(number) or abs(number) > FLOAT32_MAX:
             raise InputError(
-                f"{spec.name}: {parameter.name} must be finite and within float32's range "
+                f"{name} must be finite and within float32's range "
                 f"(the kernel's tiling struct holds it as one), got {value!r}"
             )
-        values[parameter.name] = number
-    return values
+    held = number if parameter.integer else float(np.float32(number))
+    if not _within(parameter, held):
+        # A value within the domain that float32 rounds out of it (p = 0.99999999 is 1.0).
+        rounded = f" ({held!r} as a float32)" if _within(parameter, number) else ""
+        raise InputError(f"{name} must be {parameter.domain}, got {value!r}{rounded}")
+    return number
+
+
+def _within(parameter: Parameter, value: float) -> bool:
+    low, high = parameter.low, parameter.high
+    if low is not None and value < low:
+        return False
+    return high is None or value < high or (value == high and not parameter.high_open)

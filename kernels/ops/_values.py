@@ -212,16 +212,49 @@ class StructField:
 
 @dataclass(frozen=True)
 class Parameter:
-    """A scalar a caller passes by keyword that is no part of the shape (a LeakyReLU's slope).
+    """A scalar a caller passes by keyword that is no part of the shape (a LeakyReLU's slope, a
+    dropout's probability and seed).
 
-    It reaches the kernel through the float field ``field`` of the tiling struct, filled at
-    launch; the tiling struct the spec builds holds ``default``. A tiling serves every value:
-    the workload, the table's lookup and the build never see it."""
+    It reaches the kernel through fields of the tiling struct, filled at launch: the value goes
+    into ``field``, and where ``pack`` is given, ``pack(value)`` gives every field it fills (a
+    seed's mix, a probability and the scale that follows from it). The tiling struct the spec
+    builds holds the default's. A tiling serves every value: the workload, the table's lookup
+    and the build never see it."""
 
     name: str
     default: float
     field: str  # the tiling struct's field, as written in C
     doc: str
+    #: An integer (a seed), else a real number a float32 holds.
+    integer: bool = False
+    #: The values it takes: at least ``low``, at most ``high`` (below it with ``high_open``);
+    #: None leaves that end to the field's type. A real number is checked as float32 holds it.
+    low: float | None = None
+    high: float | None = None
+    high_open: bool = False
+    #: The fields the value fills, by C name (None: ``field`` alone, holding the value).
+    pack: Callable[[float], Mapping[str, float]] | None = None
+
+    def fields(self, value: float) -> Mapping[str, float]:
+        """The struct fields ``value`` fills, by C name."""
+        return {self.field: value} if self.pack is None else self.pack(value)
+
+    @property
+    def domain(self) -> str:
+        """The values it takes, as an error message names them (empty when unbounded)."""
+        if self.low is None and self.high is None:
+            return ""
+        low = "" if self.low is None else _number(self.low)
+        high = "" if self.high is None else _number(self.high)
+        if not low:
+            return f"{'below' if self.high_open else 'at most'} {high}"
+        if not high:
+            return f"at least {low}"
+        return f"in [{low}, {high}{')' if self.high_open else ']'}"
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
 
 
 def itemsize(dtype: str) -> int:

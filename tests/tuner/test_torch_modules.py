@@ -23,7 +23,7 @@ from tilewise.kernels.ops import get_op  # noqa: E402
 from tilewise.launch import Ops  # noqa: E402
 from tilewise.runtime import TilingTable  # noqa: E402
 from tilewise.settings import Settings  # noqa: E402
-from tilewise.torch import LinearGelu, LlamaMLP  # noqa: E402
+from tilewise.torch import LinearGelu, LlamaMLP, ScaleReluDropout  # noqa: E402
 
 nn = torch.nn
 HIDDEN, INTERMEDIATE, LEAD = 37, 53, (2, 3)  # odd sizes: no dim a multiple of a block
@@ -286,3 +286,24 @@ def test_the_llama_block_example_runs_and_reports_each_tiling(tmp_path: Path) ->
         match = re.search(r"= (\S+)$", errors[0])
         assert match is not None and float(match.group(1)) <= 1e-3, errors[0]
     assert lines[-1].startswith("ok: 3 token counts"), lines
+
+
+def test_scale_relu_dropout_draws_a_new_mask_per_training_call(ops: Ops) -> None:
+    spec = get_op("scale_relu_dropout")
+    layer = ScaleReluDropout(scale=2.0, p=0.25)
+    x = torch.randn(*LEAD, 1001, generator=torch.Generator().manual_seed(0))
+    torch.manual_seed(3)
+    first, second = layer(x), layer(x)
+    torch.manual_seed(3)
+    assert torch.equal(layer(x), first)  # torch's generator draws the seeds
+    assert not torch.equal(first, second)
+    kept = (first != 0)[x > 0].float().mean().item()
+    assert abs(kept - 0.75) < 0.03
+    seeded = layer(x, seed=9)
+    want = spec.reference({"x": x.numpy().ravel()}, spec.validate_shape({"N": x.numel()}),
+                          "float32", scale=2.0, p=0.25, seed=9)["y"]  # fmt: skip
+    torch.testing.assert_close(seeded.reshape(-1), torch.from_numpy(want))
+    # In eval mode nothing is dropped or rescaled, as nn.Dropout.
+    torch.testing.assert_close(layer.eval()(x), torch.relu(x * 2.0))
+    with pytest.raises(InputError, match="p must be in"):
+        ScaleReluDropout(p=1.0)

@@ -260,33 +260,60 @@ def test_the_conv_slope_is_a_float_keyword_with_its_default() -> None:
     assert "negative_slope" not in str(torch.ops.tilewise.linear_add_gelu.default._schema)
 
 
-CONV_SLOPE = "N=2,C=3,H=11,W=9,K=5,R=3,S=3,stride=2,pad=1"
+PARAMETERS = [
+    ("conv_bias_leakyrelu", "N=2,C=3,H=11,W=9,K=5,R=3,S=3,stride=2,pad=1", {"negative_slope": 0.0}),
+    (
+        "conv_bias_leakyrelu",
+        "N=2,C=3,H=11,W=9,K=5,R=3,S=3,stride=2,pad=1",
+        {"negative_slope": 0.25},
+    ),
+    (
+        "conv_bias_leakyrelu",
+        "N=2,C=3,H=11,W=9,K=5,R=3,S=3,stride=2,pad=1",
+        {"negative_slope": -0.5},
+    ),
+    ("scale_relu_dropout", "N=4099", {"seed": 11}),
+    ("scale_relu_dropout", "N=4099", {"p": 0.5, "scale": -2.0, "seed": 2**32 - 1}),
+    ("layernorm_gelu", "R=5,H=33", {"eps": 0.5}),
+]
 
 
-@pytest.mark.parametrize("slope", [0.0, 0.25, -0.5])
-def test_conv_forward_opcheck_and_backward_at_a_slope(ops: Ops, slope: float) -> None:
-    spec = get_op("conv_bias_leakyrelu")
-    shape = spec.validate_shape(Shape.parse(CONV_SLOPE))
+@pytest.mark.parametrize(("op", "at", "given"), PARAMETERS)
+def test_forward_opcheck_and_backward_at_parameters(
+    ops: Ops, op: str, at: str, given: dict[str, Any]
+) -> None:
+    spec = get_op(op)
+    shape = spec.validate_shape(Shape.parse(at))
     arrays, tensors = tensors_for(spec, shape, "float32", seed=5)
-    keywords = {**attributes(spec, shape), "negative_slope": slope}
-    got = torch.ops.tilewise.conv_bias_leakyrelu(*tensors.values(), **keywords)
-    wanted = spec.reference(arrays, shape, "float32", negative_slope=slope)
+    keywords = {**attributes(spec, shape), **given}
+    got = getattr(torch.ops.tilewise, op)(*tensors.values(), **keywords)
+    wanted = spec.reference(arrays, shape, "float32", **given)
     assert_close(spec, shape, "float32", wanted, got, ())
-    op = torch.ops.tilewise.conv_bias_leakyrelu.default
-    result = torch.library.opcheck(op, tuple(tensors.values()), keywords)
+    if op != "conv_bias_leakyrelu":  # the parameters are the defaults' no more
+        default = getattr(torch.ops.tilewise, op)(*tensors.values(), **attributes(spec, shape))
+        assert not torch.equal(got, default)
+    result = torch.library.opcheck(
+        getattr(torch.ops.tilewise, op).default, tuple(tensors.values()), keywords
+    )
     assert set(result.values()) == {"SUCCESS"}, result
 
     ours = [t.clone().requires_grad_() for t in tensors.values()]
     theirs = [t.clone().requires_grad_() for t in tensors.values()]
-    out = torch.ops.tilewise.conv_bias_leakyrelu(*ours, **keywords)
+    out = getattr(torch.ops.tilewise, op)(*ours, **keywords)
     dout = torch.randn(out.shape, generator=torch.Generator().manual_seed(2))
     out.backward(dout)
-    _torch_references()["conv_bias_leakyrelu"](*theirs, **keywords).backward(dout)
+    _torch_references()[op](*theirs, **keywords).backward(dout)
     rtol, atol = spec.tolerance("float32", shape)
     for arg, a, b in zip(tensors, ours, theirs, strict=True):
         torch.testing.assert_close(
             a.grad, b.grad, rtol=rtol, atol=atol, msg=lambda m, arg=arg: f"{arg}: {m}"
         )
+
+
+def test_the_dropout_parameters_are_keywords_the_seed_an_int() -> None:
+    schema = torch.ops.tilewise.scale_relu_dropout.default._schema
+    keywords = [(a.name, str(a.type), a.default_value) for a in schema.arguments if a.kwarg_only]
+    assert keywords == [("scale", "float", 1.7), ("p", "float", 0.1), ("seed", "int", 20260522)]
 
 
 def test_a_bad_conv_slope_is_an_input_error(ops: Ops) -> None:
@@ -311,18 +338,24 @@ def _torch_references() -> dict[str, Any]:
 
     from tilewise.kernels.ops.conv_bias_leakyrelu.spec import ALPHA
     from tilewise.kernels.ops.layernorm_gelu.spec import EPS
-    from tilewise.kernels.ops.scale_relu_dropout.spec import DROP_P, SEED, keep_mask, scale_keep
+    from tilewise.kernels.ops.scale_relu_dropout.spec import (
+        DROP_P,
+        SCALE,
+        SEED,
+        keep_mask,
+        scale_keep,
+    )
 
-    def dropout(x: Any) -> Any:
-        keep = torch.from_numpy(keep_mask(x.numel(), SEED, DROP_P)).reshape(x.shape)
-        return torch.relu(x * float(scale_keep("float32"))) * keep
+    def dropout(x: Any, scale: float = SCALE, p: float = DROP_P, seed: int = SEED) -> Any:
+        keep = torch.from_numpy(keep_mask(x.numel(), seed, p)).reshape(x.shape)
+        return torch.relu(x * float(scale_keep("float32", scale, p))) * keep
 
     return {
         "conv_bias_leakyrelu": lambda x, w, b, stride, pad, negative_slope=ALPHA: F.leaky_relu(
             F.conv2d(x, w, b, stride, pad), negative_slope
         ),
-        "layernorm_gelu": lambda x, g, b: F.gelu(
-            F.layer_norm(x, (x.shape[-1],), g, b, EPS), approximate="tanh"
+        "layernorm_gelu": lambda x, g, b, eps=EPS: F.gelu(
+            F.layer_norm(x, (x.shape[-1],), g, b, eps), approximate="tanh"
         ),
         "linear_add_gelu": lambda x, w, b: F.gelu(x @ w + b, approximate="tanh"),
         "scale_relu_dropout": dropout,

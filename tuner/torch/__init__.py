@@ -21,7 +21,8 @@ their reference formulas in torch.
 Modules built on the ops, loadable from the state dicts of their plain PyTorch equivalents:
 :class:`LlamaMLP` (Hugging Face's parameter names) and :class:`LinearGelu` (nn.Linear's); and
 :func:`fuse_conv_bn_act`, which folds an eval-mode ``Conv2d, BatchNorm2d, (Leaky)ReLU`` into one
-:class:`ConvBnAct` (``conv_bias_leakyrelu``).
+:class:`ConvBnAct` (``conv_bias_leakyrelu``); and :class:`ScaleReluDropout`, a dropout after a
+scaled ReLU that draws a new mask per training call.
 
 PyTorch is the ``torch`` extra: ``import tilewise`` does not import it, this module does.
 """
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 from tilewise.torch import _grads
 from tilewise.torch._conv import ConvBnAct, fuse_conv_bn_act
+from tilewise.torch._dropout import ScaleReluDropout
 from tilewise.torch._linear import LinearGelu
 from tilewise.torch._mlp import LlamaMLP
 from tilewise.torch._ops import OPERATORS
@@ -44,6 +46,7 @@ __all__ = [
     "ConvBnAct",
     "LinearGelu",
     "LlamaMLP",
+    "ScaleReluDropout",
     "current_ops",
     "fuse_conv_bn_act",
     "use_table",

@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import numpy as np
 import torch
 from torch._library.custom_ops import CustomOpDef
 
-from tilewise.kernels.ops.layernorm_gelu.spec import EPS
 from tilewise.kernels.ops.scale_relu_dropout.spec import scale_keep
 
 Tensor = torch.Tensor
@@ -64,7 +64,8 @@ def swiglu_mlp_backward(ctx: Any, dout: Tensor) -> Grads:
 
 def layernorm_gelu_backward(ctx: Any, dout: Tensor) -> Grads:
     x, gamma, beta, _ = ctx.saved_tensors
-    z, mean, rstd = torch.ops.aten.native_layer_norm(x, [x.shape[-1]], gamma, beta, EPS)
+    eps = float(np.float32(ctx.attributes["eps"]))  # as the kernel's float field holds it
+    z, mean, rstd = torch.ops.aten.native_layer_norm(x, [x.shape[-1]], gamma, beta, eps)
     dx, dgamma, dbeta = torch.ops.aten.native_layer_norm_backward(
         _gelu_tanh_grad(dout, z), x, [x.shape[-1]], mean, rstd, gamma, beta, [True] * 3
     )
@@ -94,16 +95,17 @@ def conv_bias_leakyrelu_backward(ctx: Any, dout: Tensor) -> Grads:
 def scale_relu_dropout_backward(ctx: Any, dout: Tensor) -> Grads:
     _, y = ctx.saved_tensors
     # y > 0 exactly where the element was kept and x·scale > 0: there y = x·scale/(1 - p).
-    factor = float(scale_keep("float32" if dout.dtype == torch.float32 else "float16"))
+    dtype = "float32" if dout.dtype == torch.float32 else "float16"
+    factor = float(scale_keep(dtype, ctx.attributes["scale"], ctx.attributes["p"]))
     return (torch.where(y > 0, dout * factor, torch.zeros_like(dout)),)
 
 
 #: Each differentiable op's backward and what it saves in the forward.
 BACKWARDS: Mapping[str, tuple[Callable[..., Grads], Callable[..., None]]] = {
     "conv_bias_leakyrelu": (conv_bias_leakyrelu_backward, _save_with_attributes),
-    "layernorm_gelu": (layernorm_gelu_backward, _save),
+    "layernorm_gelu": (layernorm_gelu_backward, _save_with_attributes),
     "linear_add_gelu": (linear_add_gelu_backward, _save),
-    "scale_relu_dropout": (scale_relu_dropout_backward, _save),
+    "scale_relu_dropout": (scale_relu_dropout_backward, _save_with_attributes),
     "swiglu": (swiglu_backward, _save),
     "swiglu_mlp": (swiglu_mlp_backward, _save),
 }

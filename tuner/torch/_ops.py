@@ -49,7 +49,10 @@ def schema(spec: OpSpec) -> str:
     float negative_slope=0.1) -> Tensor``."""
     arguments = [f"Tensor {name}" for name in _names(spec, "in")]
     keywords = [f"int {name}" for name in spec.attributes]
-    keywords += [f"float {p.name}={float(p.default)!r}" for p in spec.parameters]
+    keywords += [
+        f"int {p.name}={int(p.default)}" if p.integer else f"float {p.name}={float(p.default)!r}"
+        for p in spec.parameters
+    ]
     if keywords:
         arguments += ["*", *keywords]
     outputs = len(_names(spec, "out"))

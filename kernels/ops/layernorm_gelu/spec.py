@@ -22,6 +22,7 @@ from tilewise.kernels.ops._base import (
     Carry,
     GmArg,
     OpSpec,
+    Parameter,
     StructField,
     Traffic,
     Tunable,
@@ -67,6 +68,9 @@ class LayerNormGelu(OpSpec):
     }
     compile_tunables = (
         Tunable("bufferNum", (1, 2), "queue depth: 2 = double buffering", True, "BUFFER_NUM"),
+    )
+    parameters = (
+        Parameter("eps", EPS, "eps", "added to the variance (nn.LayerNorm's eps)", low=0.0),
     )
 
     def runtime_tunables(
@@ -200,10 +204,11 @@ class LayerNormGelu(OpSpec):
         }
 
     def reference(
-        self, inputs: Mapping[str, np.ndarray], shape: Shape, dtype: str
+        self, inputs: Mapping[str, np.ndarray], shape: Shape, dtype: str, *, eps: float = EPS
     ) -> dict[str, np.ndarray]:
         x, gamma, beta = (inputs[k].astype(np.float64) for k in ("x", "gamma", "beta"))
-        y = gelu_tanh(layer_norm(x.reshape(shape["R"], shape["H"]), gamma, beta, EPS))
+        eps = float(np.float32(eps))  # as the kernel's float field holds it
+        y = gelu_tanh(layer_norm(x.reshape(shape["R"], shape["H"]), gamma, beta, eps))
         return {"out": y.astype(NUMPY_DTYPES[dtype])}
 
     def tolerance(self, dtype: str, shape: Shape) -> tuple[float, float]:

@@ -1,7 +1,9 @@
 """scale_relu_dropout: y = relu(x * scale) * keep / (1 - p), one pass over global memory.
 
 ``keep`` comes from a counter-based hash of (seed, element index), computed in the kernel with
-vector integer ops, so the mask costs no global traffic and the reference is reproducible.
+vector integer ops, so the mask costs no global traffic and the reference is reproducible. The
+scale, p and the seed are parameters of each call (a training step passes a new seed, as a
+dropout draws a new mask per step); the tuned tiling serves them all.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from tilewise.kernels.ops._base import (
     Carry,
     GmArg,
     OpSpec,
+    Parameter,
     StructField,
     Traffic,
     Tunable,
@@ -71,9 +74,14 @@ def keep_mask(n: int, seed: int, p: float) -> np.ndarray:
     return (u > threshold).astype(np.float32)
 
 
-def scale_keep(dtype: str) -> np.generic:
+def keep_scale(p: float) -> float:
+    """1 / (1 - p) of the float32 p the kernel reads, as its keepScale field holds it."""
+    return 1.0 / (1.0 - float(np.float32(p)))
+
+
+def scale_keep(dtype: str, scale: float = SCALE, p: float = DROP_P) -> np.generic:
     """scale / (1 - p) as the kernel multiplies by it: a float32 product, cast to the dtype."""
-    product = np.float32(SCALE) * np.float32(1.0 / (1.0 - DROP_P))
+    product = np.float32(scale) * np.float32(keep_scale(p))
     return NUMPY_DTYPES[dtype](product)
 
 
@@ -89,6 +97,29 @@ class ScaleReluDropout(OpSpec):
     layout: ClassVar[Mapping[str, tuple[str, ...]]] = {"x": ("N",), "y": ("N",)}
     compile_tunables = (
         Tunable("bufferNum", (1, 2), "queue depth: 2 = double buffering", True, "BUFFER_NUM"),
+    )
+    parameters = (
+        Parameter("scale", SCALE, "scale", "the factor before the ReLU"),
+        Parameter(
+            "p",
+            DROP_P,
+            "dropP",
+            "the probability an element is dropped",
+            low=0.0,
+            high=1.0,
+            high_open=True,
+            pack=lambda p: {"dropP": p, "keepScale": keep_scale(p)},
+        ),
+        Parameter(
+            "seed",
+            SEED,
+            "seedMix",
+            "the mask's seed: the same seed, the same mask",
+            integer=True,
+            low=0,
+            high=_U32,
+            pack=lambda seed: {"seedMix": seed_mix(int(seed))},
+        ),
     )
 
     def runtime_tunables(
@@ -180,7 +211,7 @@ class ScaleReluDropout(OpSpec):
             StructField("seedMix", "I", seed_mix(SEED)),
             StructField("scale", "f", SCALE),
             StructField("dropP", "f", DROP_P),
-            StructField("keepScale", "f", 1.0 / (1.0 - DROP_P)),
+            StructField("keepScale", "f", keep_scale(DROP_P)),
         )
 
     def block_dim(self, tiling: Tiling, shape: Shape, dtype: str, target: TargetProfile) -> int:
@@ -193,12 +224,19 @@ class ScaleReluDropout(OpSpec):
         return {"x": x}
 
     def reference(
-        self, inputs: Mapping[str, np.ndarray], shape: Shape, dtype: str
+        self,
+        inputs: Mapping[str, np.ndarray],
+        shape: Shape,
+        dtype: str,
+        *,
+        scale: float = SCALE,
+        p: float = DROP_P,
+        seed: int = SEED,
     ) -> dict[str, np.ndarray]:
         t = NUMPY_DTYPES[dtype]
         x = inputs["x"]
-        keep = keep_mask(shape["N"], SEED, DROP_P) > 0
-        y = np.maximum(x * scale_keep(dtype), t(0))
+        keep = keep_mask(shape["N"], seed, p) > 0
+        y = np.maximum(x * scale_keep(dtype, scale, p), t(0))
         return {"y": np.where(keep, y, t(0)).astype(t)}
 
     def tolerance(self, dtype: str, shape: Shape) -> tuple[float, float]:

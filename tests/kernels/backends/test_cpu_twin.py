@@ -255,8 +255,12 @@ def test_wrong_answer_is_caught(backend: CpuTwinBackend, monkeypatch: pytest.Mon
     honest = spec.tiling_struct
 
     def lying_struct(*args: object) -> tuple[StructField, ...]:
+        # The block ends short of the elements (the others stay as the output was filled).
         fields = honest(*args)  # type: ignore[arg-type]
-        return tuple(StructField(f.name, f.code, 2.5) if f.name == "scale" else f for f in fields)
+        return tuple(
+            StructField(f.name, f.code, int(f.value) // 2) if f.name == "totalLength" else f
+            for f in fields
+        )
 
     monkeypatch.setattr(spec, "tiling_struct", lying_struct)
     run = backend.run(

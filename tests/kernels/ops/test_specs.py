@@ -12,7 +12,7 @@ import pytest
 from tilewise.errors import InputError
 from tilewise.kernels.ops import get_op, list_ops
 from tilewise.kernels.ops.linear_add_gelu.spec import gelu_tanh
-from tilewise.kernels.ops.scale_relu_dropout.spec import DROP_P, keep_mask
+from tilewise.kernels.ops.scale_relu_dropout.spec import DROP_P, SEED, keep_mask, seed_mix
 from tilewise.kernels.targets import BUILTIN, get_target, twin_target
 from tilewise.types import Shape, Tiling
 
@@ -239,7 +239,7 @@ def test_struct_packs_four_bytes_per_field(spec) -> None:  # type: ignore[no-unt
 
 
 @pytest.mark.parametrize("spec", list_ops(), ids=lambda s: s.name)
-def test_each_parameter_is_a_float_field_of_the_struct_and_a_keyword_of_the_reference(
+def test_each_parameter_fills_fields_of_the_struct_and_is_a_keyword_of_the_reference(
     spec,  # type: ignore[no-untyped-def]
 ) -> None:
     target = twin_target()
@@ -249,8 +249,13 @@ def test_each_parameter_is_a_float_field_of_the_struct_and_a_keyword_of_the_refe
     reference = inspect.signature(spec.reference).parameters
     for parameter in spec.parameters:
         assert parameter.name not in (*spec.dims, *spec.roles), parameter.name
-        assert fields[parameter.field].code == "f", parameter.field
-        assert fields[parameter.field].value == parameter.default
+        filled = parameter.fields(parameter.default)
+        assert parameter.field in filled
+        for name, value in filled.items():
+            # An integer fills integer fields, a real number float ones; the struct the spec
+            # builds holds what the default fills.
+            assert (fields[name].code in "iI") == parameter.integer, name
+            assert fields[name].value == value, name
         assert reference[parameter.name].kind is inspect.Parameter.KEYWORD_ONLY
         assert reference[parameter.name].default == parameter.default
 
@@ -297,6 +302,68 @@ def test_bad_parameters_are_input_errors(given: dict[str, object], message: str)
     spec = get_op("conv_bias_leakyrelu")
     with pytest.raises(InputError, match=message):
         spec.bind_parameters(given)
+
+
+@pytest.mark.parametrize(
+    ("op", "given", "message"),
+    [
+        ("scale_relu_dropout", {"p": 1.0}, r"p must be in \[0, 1\), got 1.0$"),
+        ("scale_relu_dropout", {"p": -0.1}, r"p must be in \[0, 1\), got -0.1$"),
+        (
+            "scale_relu_dropout",
+            {"p": 0.99999999},
+            r"p must be .*, got 0.99999999 \(1.0 as a float32\)",
+        ),
+        ("scale_relu_dropout", {"seed": -1}, r"seed must be in \[0, 4294967295\], got -1"),
+        ("scale_relu_dropout", {"seed": 2**32}, "seed must be in .*, got 4294967296"),
+        ("scale_relu_dropout", {"seed": 3.0}, "seed must be an integer, got 3.0"),
+        ("scale_relu_dropout", {"seed": True}, "seed must be an integer, got True"),
+        ("scale_relu_dropout", {"scale": float("inf")}, "scale must be finite"),
+        ("layernorm_gelu", {"eps": -1e-9}, "eps must be at least 0, got -1e-09"),
+    ],
+)
+def test_a_parameter_outside_its_domain_is_named(
+    op: str, given: dict[str, object], message: str
+) -> None:
+    with pytest.raises(InputError, match=f"^{op}: {message}"):
+        get_op(op).bind_parameters(given)
+
+
+def test_the_dropout_parameters_fill_their_fields() -> None:
+    spec, target = get_op("scale_relu_dropout"), twin_target()
+    shape = Shape({"N": 4096})
+    tiling = spec.default_tiling(shape, "float32", target)
+    names = [f.name for f in spec.tiling_struct(tiling, shape, "float32", target)]
+    packed = spec.pack_tiling(
+        tiling, shape, "float32", target, {"p": 0.25, "seed": np.uint32(7), "scale": -2}
+    )
+
+    def field(name: str, code: str) -> float:
+        value: float = struct.unpack_from("<" + code, packed, 4 * names.index(name))[0]
+        return value
+
+    assert field("seedMix", "I") == seed_mix(7)
+    assert (field("dropP", "f"), field("keepScale", "f")) == (0.25, np.float32(4 / 3))
+    assert field("scale", "f") == -2.0
+    assert spec.bind_parameters({"seed": 2**32 - 1, "p": 0})["seed"] == 2**32 - 1
+
+
+def test_the_dropout_reference_follows_its_parameters() -> None:
+    spec = get_op("scale_relu_dropout")
+    shape = Shape({"N": 1 << 16})
+    x = spec.make_inputs(shape, "float32", np.random.default_rng(1))["x"]
+    base = spec.reference({"x": x}, shape, "float32")["y"]
+    again = spec.reference({"x": x}, shape, "float32", seed=SEED, p=DROP_P, scale=1.7)["y"]
+    np.testing.assert_array_equal(base, again)
+    other = spec.reference({"x": x}, shape, "float32", seed=SEED + 1)["y"]
+    kept = (base != 0) | (other != 0)
+    assert ((base != 0) != (other != 0))[kept].mean() > 0.1  # another seed, another mask
+    half = spec.reference({"x": x}, shape, "float32", p=0.5, scale=1.0)["y"]
+    positive = x > 0
+    assert abs((half[positive] == 0).mean() - 0.5) < 0.02
+    np.testing.assert_allclose(half[half != 0], 2 * x[half != 0], rtol=1e-6)
+    flipped = spec.reference({"x": x}, shape, "float32", scale=-1.0, p=0.0)["y"]
+    assert (flipped[x < 0] > 0).mean() > 0.999 and (flipped[x > 0] == 0).all()
 
 
 def test_an_op_without_parameters_takes_none() -> None:
