@@ -88,7 +88,7 @@ public:
                 int32_t mb = cube_.iterateOrder == 0 ? round % mBlocks : round / nBlocks;
                 int32_t nb = cube_.iterateOrder == 0 ? round / mBlocks : round % nBlocks;
                 LocalTensor<float> cLocal = cQueue_.AllocTensor<float>();
-                mm.template GetTensorC<true>(cLocal);
+                mm.template GetTensorC<true>(cLocal, false, true);  // the block as [baseM, baseN]
                 cQueue_.EnQue(cLocal);
                 Epilogue(n, mb, nb, Min(cube_.baseM, cube_.M - mb * cube_.baseM), Min(cube_.baseN, tailN_ - nb * cube_.baseN));
             }

@@ -78,7 +78,7 @@ public:
                 biasBlock = nb;
             }
             LocalTensor<float> cLocal = cQueue_.AllocTensor<float>();
-            mm.template GetTensorC<true>(cLocal);
+            mm.template GetTensorC<true>(cLocal, false, true);  // the block as [baseM, baseN]
             cQueue_.EnQue(cLocal);
             Epilogue(mb, nb, curM, curN);
         }

@@ -105,7 +105,7 @@ private:
         Adds(hashInt, indexBuf_.Get<int32_t>(), static_cast<int32_t>(first * HASH_MUL), count);
         for (int32_t round = 0; round < 2; ++round) {
             ShiftRight(shifted, hash, 16u, count);
-            Add(hash, hash, shifted, count);
+            Add(hashInt, hashInt, shifted.ReinterpretCast<int32_t>(), count);
             Mul(hashInt, hashInt, hashInt, count);
         }
 

@@ -83,6 +83,8 @@ class SwigluMlp(OpSpec):
             Buffer(f"outQueue[{i}]", "ub", align32(tiling["epiRows"] * bn * itemsize(dtype)))
             for i in range(2)
         ]
+        if dtype == "float16":  # SwiGLU's float result before the cast
+            plan.append(Buffer("swigluBuf", "ub", align32(tiling["epiRows"] * bn * 4)))
         plan += cube.matmul_buffers(tiling, dtype, "mmG.")
         plan += cube.matmul_buffers(tiling, dtype, "mmU.")
         return tuple(plan)

@@ -55,6 +55,10 @@ public:
         pipe->InitBuffer(gQueue_, 1, cube_.baseM * cube_.baseN * sizeof(float));
         pipe->InitBuffer(uQueue_, 1, cube_.baseM * cube_.baseN * sizeof(float));
         pipe->InitBuffer(outQueue_, 2, epiRows_ * cube_.baseN * sizeof(T));
+        if constexpr (IsSameType<T, half>::value) {
+            // SwiGLU's result in float before the cast: its destination may overlap no source.
+            pipe->InitBuffer(swigluBuf_, epiRows_ * cube_.baseN * sizeof(float));
+        }
     }
 
     __aicore__ inline void Process()
@@ -72,10 +76,10 @@ public:
             int32_t mb = cube_.iterateOrder == 0 ? round % mBlocks : round / nBlocks;
             int32_t nb = cube_.iterateOrder == 0 ? round / mBlocks : round % nBlocks;
             LocalTensor<float> gLocal = gQueue_.AllocTensor<float>();
-            mmG.template GetTensorC<true>(gLocal);
+            mmG.template GetTensorC<true>(gLocal, false, true);  // the block as [baseM, baseN]
             gQueue_.EnQue(gLocal);
             LocalTensor<float> uLocal = uQueue_.AllocTensor<float>();
-            mmU.template GetTensorC<true>(uLocal);
+            mmU.template GetTensorC<true>(uLocal, false, true);
             uQueue_.EnQue(uLocal);
             Epilogue(mb, nb, Min(cube_.baseM, tailM_ - mb * cube_.baseM), Min(cube_.baseN, tailN_ - nb * cube_.baseN));
         }
@@ -99,8 +103,9 @@ private:
             LocalTensor<float> uChunk = uLocal[row0 * cube_.baseN];
             LocalTensor<T> outLocal = outQueue_.AllocTensor<T>();
             if constexpr (IsSameType<T, half>::value) {
-                SwiGLU<float, false>(gChunk, uChunk, gChunk, 1.0f, count);
-                Cast(outLocal, gChunk, RoundMode::CAST_NONE, count);
+                LocalTensor<float> result = swigluBuf_.Get<float>();
+                SwiGLU<float, false>(result, uChunk, gChunk, 1.0f, count);
+                Cast(outLocal, result, RoundMode::CAST_NONE, count);
             } else {
                 SwiGLU<float, false>(outLocal, uChunk, gChunk, 1.0f, count);
             }
@@ -126,6 +131,7 @@ private:
     TQue<TPosition::VECIN, 1> gQueue_;
     TQue<TPosition::VECIN, 1> uQueue_;
     TQue<TPosition::VECOUT, 2> outQueue_;
+    TBuf<TPosition::VECCALC> swigluBuf_;
     GlobalTensor<T> xGm_;
     GlobalTensor<T> wgGm_;
     GlobalTensor<T> wuGm_;

@@ -128,6 +128,8 @@ inline void SwiGLU(const LocalTensor<T>& dstTensor, const LocalTensor<T>& srcTen
     twin::CheckLocal(what, dstTensor, calCount);
     twin::CheckLocal(what, srcTensor0, calCount);
     twin::CheckLocal(what, srcTensor1, calCount);
+    twin::CheckDisjoint(what, dstTensor, srcTensor0, calCount);
+    twin::CheckDisjoint(what, dstTensor, srcTensor1, calCount);
     T* d = dstTensor.TwData();
     const T* a = srcTensor0.TwData();
     const T* b = srcTensor1.TwData();

@@ -576,11 +576,17 @@ public:
     bool Iterate(bool enPartialSum = false) { return engine_.Iterate(enPartialSum); }
 
     // The current block as baseM x baseN (row stride baseN); only BlockRows x BlockCols are valid.
+    // That is the sequential write; without it the device writes the block at its place in the
+    // [singleCoreM, singleCoreN] result, which a baseM x baseN buffer does not hold.
     template <bool sync = true>
     void GetTensorC(const LocalTensor<DstT>& c, uint8_t enAtomic = 0, bool enSequentialWrite = false)
     {
         (void)enAtomic;
-        (void)enSequentialWrite;
+        if (!enSequentialWrite) {
+            twin::Fail("Matmul::GetTensorC to a LocalTensor without enSequentialWrite writes the block at its place "
+                 "in the [singleCoreM, singleCoreN] result, which the twin does not model: pass "
+                 "GetTensorC(c, 0, true) for the block as [baseM, baseN]");
+        }
         const TCubeTiling& t = engine_.Tiling();
         const int64_t n = int64_t(t.baseM) * t.baseN;
         const float* src = engine_.CurrentC();
@@ -593,7 +599,10 @@ public:
     template <bool sync = true>
     void GetTensorC(const GlobalTensor<DstT>& gm, uint8_t enAtomic = 0, bool enSequentialWrite = false)
     {
-        (void)enSequentialWrite;
+        if (enSequentialWrite) {
+            twin::Fail("Matmul::GetTensorC to GM with enSequentialWrite (the block as [baseM, baseN]) is not "
+                 "modelled by the twin: write the block at its place (enSequentialWrite false)");
+        }
         const TCubeTiling& t = engine_.Tiling();
         const float* src = engine_.CurrentC();
         const int32_t rows = engine_.BlockRows(), cols = engine_.BlockCols();

@@ -144,4 +144,17 @@ inline void CheckLocal(const char* what, const AscendC::LocalTensor<T>& t, uint6
     }
 }
 
+// For an API whose documentation forbids a destination overlapping a source (SwiGLU): the
+// twin's element loops would compute it anyway, where the device's passes overwrite the source.
+template <typename T, typename S>
+inline void CheckDisjoint(const char* what, const AscendC::LocalTensor<T>& dst, const AscendC::LocalTensor<S>& src,
+                          uint64_t count)
+{
+    const auto* d = reinterpret_cast<const unsigned char*>(dst.TwData());
+    const auto* s = reinterpret_cast<const unsigned char*>(src.TwData());
+    if (d < s + count * sizeof(S) && s < d + count * sizeof(T)) {
+        Fail(what, ": the destination overlaps a source, which the API does not support");
+    }
+}
+
 }  // namespace twin

@@ -100,6 +100,10 @@ constexpr bool kFloating = std::is_same_v<T, float> || std::is_same_v<T, half>;
 template <typename T>
 constexpr bool kInteger = std::is_same_v<T, int32_t> || std::is_same_v<T, uint32_t> ||
                           std::is_same_v<T, int16_t> || std::is_same_v<T, uint16_t>;
+// The arithmetic instructions (Add, Sub, Mul, Max, Min) take half, float, int16_t and int32_t: no
+// unsigned type (a uint32 tensor is reinterpreted as int32, whose low 32 bits are the same).
+template <typename T>
+constexpr bool kArithmetic = kFloating<T> || std::is_same_v<T, int32_t> || std::is_same_v<T, int16_t>;
 // The bitwise instructions take 16-bit integers only (a 32-bit or mask tensor is reinterpreted).
 template <typename T>
 constexpr bool kBits16 = std::is_same_v<T, int16_t> || std::is_same_v<T, uint16_t>;
@@ -117,12 +121,12 @@ namespace AscendC {
         twin::Binary(#NAME, dst, src0, src1, count, [](auto a, auto b) { return EXPR; });               \
     }
 
-TW_BINARY(Add, a + b, twin::kFloating<T> || twin::kInteger<T>)
-TW_BINARY(Sub, a - b, twin::kFloating<T> || twin::kInteger<T>)
-TW_BINARY(Mul, a * b, twin::kFloating<T> || twin::kInteger<T>)
+TW_BINARY(Add, a + b, twin::kArithmetic<T>)
+TW_BINARY(Sub, a - b, twin::kArithmetic<T>)
+TW_BINARY(Mul, a * b, twin::kArithmetic<T>)
 TW_BINARY(Div, a / b, twin::kFloating<T>)
-TW_BINARY(Max, static_cast<T>(a) > static_cast<T>(b) ? a : b, twin::kFloating<T> || twin::kInteger<T>)
-TW_BINARY(Min, static_cast<T>(a) < static_cast<T>(b) ? a : b, twin::kFloating<T> || twin::kInteger<T>)
+TW_BINARY(Max, static_cast<T>(a) > static_cast<T>(b) ? a : b, twin::kArithmetic<T>)
+TW_BINARY(Min, static_cast<T>(a) < static_cast<T>(b) ? a : b, twin::kArithmetic<T>)
 TW_BINARY(And, a & b, twin::kBits16<T>)
 TW_BINARY(Or, a | b, twin::kBits16<T>)
 #undef TW_BINARY
@@ -158,10 +162,10 @@ inline void FusedMulAdd(const LocalTensor<T>& dst, const LocalTensor<T>& src0, c
         twin::Unary(#NAME, dst, src, count, [s](auto a) { return EXPR; });                                \
     }
 
-TW_SCALAR(Adds, a + s, twin::kFloating<T> || twin::kInteger<T>)
-TW_SCALAR(Muls, a * s, twin::kFloating<T> || twin::kInteger<T>)
-TW_SCALAR(Maxs, static_cast<T>(a) > static_cast<T>(s) ? a : s, twin::kFloating<T> || twin::kInteger<T>)
-TW_SCALAR(Mins, static_cast<T>(a) < static_cast<T>(s) ? a : s, twin::kFloating<T> || twin::kInteger<T>)
+TW_SCALAR(Adds, a + s, twin::kArithmetic<T>)
+TW_SCALAR(Muls, a * s, twin::kArithmetic<T>)
+TW_SCALAR(Maxs, static_cast<T>(a) > static_cast<T>(s) ? a : s, twin::kArithmetic<T>)
+TW_SCALAR(Mins, static_cast<T>(a) < static_cast<T>(s) ? a : s, twin::kArithmetic<T>)
 TW_SCALAR(LeakyRelu, a >= 0.0f ? a : a * s, twin::kFloating<T>)
 TW_SCALAR(ShiftLeft, a << (s & 31u), twin::kInteger<T>)
 #undef TW_SCALAR

@@ -63,7 +63,7 @@ static std::vector<CT> RunAllCores(const TCubeTiling& t, std::vector<T>& a, std:
                 int mb = t.iterateOrder == 0 ? round % mBlocks : round / nBlocks;
                 int nb = t.iterateOrder == 0 ? round / mBlocks : round % nBlocks;
                 LocalTensor<CT> ub = q.AllocTensor<CT>();
-                mm.template GetTensorC<true>(ub);
+                mm.template GetTensorC<true>(ub, 0, true);
                 for (int r = 0; r < std::min(t.baseM, tailM - mb * t.baseM); ++r) {
                     for (int j = 0; j < std::min(t.baseN, tailN - nb * t.baseN); ++j) {
                         cG.SetValue(size_t(mb * t.baseM + r) * t.N + nb * t.baseN + j, ub.GetValue(r * t.baseN + j));
@@ -134,6 +134,26 @@ static void Errors()
     t = MakeTiling(s, {16, 16, 16, 1, 1, 1, 1, 1, 1, 0});
     mm7.Init(&t);
     EXPECT_ERROR(mm7.Iterate(), "call SetTensorA and SetTensorB first");
+    // A block to UB comes as [baseM, baseN] with the sequential write; the other mode, the block at
+    // its place in the single-core result, is not modelled (and a baseM x baseN buffer cannot hold it).
+    FreshCore();
+    std::vector<float> ones(size_t(64) * 64, 1.0f);
+    GlobalTensor<float> aG, bG;
+    aG.SetGlobalBuffer(ones.data());
+    bG.SetGlobalBuffer(ones.data());
+    TPipe pipe;
+    TQue<TPosition::VECIN, 1> q;
+    pipe.InitBuffer(q, 1, 16 * 16 * sizeof(float));
+    MM mm8;
+    REGIST_MATMUL_OBJ(&pipe, GetSysWorkSpacePtr(), mm8, &t);
+    mm8.SetTensorA(aG);
+    mm8.SetTensorB(bG);
+    CHECK(mm8.Iterate(), "a first block");
+    LocalTensor<float> ub = q.AllocTensor<float>();
+    EXPECT_ERROR(mm8.GetTensorC(ub), "without enSequentialWrite");
+    mm8.GetTensorC(ub, 0, true);
+    CHECK(ub.GetValue(0) == 64.0f, "the block's first element: %g", ub.GetValue(0));
+    q.FreeTensor(ub);
     Pass("matmul_errors");
 }
 

@@ -68,6 +68,9 @@ static void FloatOps()
         double g = b.GetValue(i), want = a.GetValue(i) * g / (1 + std::exp(-g));
         CHECK(Close(d.GetValue(i), want, 1e-6, 1e-30), "SwiGLU %d", i);
     }
+    // Its destination may overlap neither source (the device's passes overwrite src1 first).
+    EXPECT_ERROR(SwiGLU(b, a, b, 1.0f, N), "SwiGLU: the destination overlaps a source");
+    EXPECT_ERROR(SwiGLU(a, a, b, 1.0f, N), "SwiGLU: the destination overlaps a source");
     Mins(d, a, 1.0f, N);
     Maxs(d, d, 0.0f, N);
     for (int i = 0; i < N; ++i) CHECK(d.GetValue(i) == std::min(std::max(a.GetValue(i), 0.0f), 1.0f), "clamp %d", i);
@@ -129,11 +132,14 @@ static void IntegerWraparound()
     Duplicate(d, -8, N);
     ShiftRight(d, d, 1, N);
     CHECK(d.GetValue(0) == -4, "arithmetic ShiftRight on int32: %d", d.GetValue(0));
+    // No arithmetic instruction takes uint32: its bits go through an int32 view, whose sums and
+    // products have the same low 32 bits.
+    auto ui = u.ReinterpretCast<int32_t>();
     Duplicate(u, 0xFFFFFFF0u, N);
-    Adds(u, u, 0x20u, N);
-    CHECK(u.GetValue(0) == 0x10u, "uint32 Adds wraps");
-    Muls(u, u, 0x85EBCA6Bu, N);
-    CHECK(u.GetValue(0) == uint32_t(0x10u * 0x85EBCA6Bu), "uint32 Muls wraps");
+    Adds(ui, ui, 0x20, N);
+    CHECK(u.GetValue(0) == 0x10u, "uint32 bits: Adds wraps");
+    Muls(ui, ui, int32_t(0x85EBCA6Bu), N);
+    CHECK(u.GetValue(0) == uint32_t(0x10u * 0x85EBCA6Bu), "uint32 bits: Muls wraps");
     Duplicate(u, 0x80000000u, N);
     ShiftRight(u, u, 13u, N);
     CHECK(u.GetValue(0) == 0x80000000u >> 13, "logical ShiftRight on uint32");
