@@ -340,9 +340,9 @@ class OpSpec(ABC):
             reasons = self.rules(tiling, shape, dtype, target)
             footprint, sized, overflows = self._sized_memo(dtype, target)(tiling, shape)
         except ArithmeticError as exc:
-            # Values far outside the tunables' domains (a zero step, a zero base) break the rules'
-            # own arithmetic: such a tiling is invalid, not a crash. Found by the CLI fuzz test
-            # (`tilewise check`); a tampered table reached it through the runtime's nearest too.
+            # Values far outside the tunables' domains (a zero step, a zero base: a hand-written
+            # `tilewise check`, a tampered table) break the rules' own arithmetic: such a tiling
+            # is invalid, not a crash.
             reason = f"tiling values outside every domain: {exc}"
             broken = {"rules": 1.0, **dict.fromkeys(MEMORIES, 0.0)}
             return Check(False, (reason,), Footprint(), limits, broken)

@@ -163,6 +163,20 @@ def test_an_entry_failing_the_checks_never_runs(settings: Settings) -> None:
     assert (ops.last_choice.source, ops.last_choice.tiling) == ("default", default)
 
 
+def test_a_shape_no_checked_tiling_fits_is_refused_before_any_build(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A 1-D signal as NCHW: the input window of a 3-wide filter over 48,000 columns needs more
+    # UB than the chip has, in the default tiling as in any other.
+    conv = get_op("conv_bias_leakyrelu")
+    x = np.ones((1, 16, 1, 48000), np.float32)
+    w, b = np.ones((16, 16, 1, 3), np.float32), np.zeros(16, np.float32)
+    ops = load_ops(TilingTable([]), settings=settings)
+    monkeypatch.setattr(CpuTwinBackend, "build", lambda *a, **k: pytest.fail("built"))
+    with pytest.raises(InputError, match=r"the op's default tiling fails its checks .*UB overflow"):
+        ops.conv_bias_leakyrelu(x, w, b, stride=1, pad=1)
+
+
 @pytest.fixture
 def no_launch(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*args: Any, **kwargs: Any) -> None:

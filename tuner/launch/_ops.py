@@ -263,9 +263,9 @@ class Ops:
         self, spec: OpSpec, dtype: str, shape: Shape, tiling: Tiling, source: Source
     ) -> _Plan:
         target = self._device.target
-        if not spec.valid(tiling, shape, dtype, target):
-            # Only tilings that pass the op's checks for this shape run in this process (an
-            # untested one could write past a buffer here, not in the tuner's runner).
+        # Only tilings that pass the op's checks for this shape run in this process (an untested
+        # one could write past a buffer here, not in the tuner's runner).
+        if source != "default" and not spec.valid(tiling, shape, dtype, target):
             _log.warning(
                 "%s %s %s: the table's %s tiling fails the op's checks; using the default",
                 spec.name,
@@ -274,6 +274,15 @@ class Ops:
                 source,
             )
             tiling, source = spec.default_tiling(shape, dtype, target), "default"
+        if source == "default" and not spec.valid(tiling, shape, dtype, target):
+            reasons = spec.check(tiling, shape, dtype, target).reasons
+            named = ",".join(f"{d}={v}" for d, v in shape.items())
+            raise InputError(
+                f"{spec.name} {dtype} {named}: the op's default tiling fails its checks at this "
+                f"shape ({'; '.join(reasons)}) and the table has no tiling that passes them: "
+                f"not launched; `tilewise tune {spec.name} --shape {named} --dtype {dtype}` "
+                "searches for one that fits, if any does"
+            )
         args = spec.gm_args(shape, dtype)
         shapes = spec.array_shapes(shape)
         fields = spec.tiling_struct(tiling, shape, dtype, target)
