@@ -168,7 +168,6 @@ def test_a_shape_no_checked_tiling_fits_is_refused_before_any_build(
 ) -> None:
     # A 1-D signal as NCHW: the input window of a 3-wide filter over 48,000 columns needs more
     # UB than the chip has, in the default tiling as in any other.
-    conv = get_op("conv_bias_leakyrelu")
     x = np.ones((1, 16, 1, 48000), np.float32)
     w, b = np.ones((16, 16, 1, 3), np.float32), np.zeros(16, np.float32)
     ops = load_ops(TilingTable([]), settings=settings)
@@ -450,6 +449,34 @@ def test_a_forked_child_launches_on_a_pool_of_its_own(settings: Settings) -> Non
         pytest.fail("the forked child's launch did not return")
     assert os.waitstatus_to_exitcode(done[1]) == 0
     assert np.array_equal(ops.swiglu(**inputs), expected)  # the parent's pool still serves
+
+
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+def test_a_forked_child_finds_the_locks_another_thread_held_free(settings: Settings) -> None:
+    # Another thread of the parent building a variant (the plan lock) or keeping an answer (the
+    # table's) when the fork came: in the child that lock was held for ever.
+    table = TilingTable([])
+    ops = load_ops(table, settings=settings)
+    spec = get_op("swiglu")
+    inputs = inputs_for(spec, Shape({"T": 3, "I": 16}), "float32")
+    want = spec.reference(inputs, Shape({"T": 3, "I": 16}), "float32")["out"]
+    held = [ops._lock, table._lock, table._miss_lock]
+    for lock in held:
+        lock.acquire()
+    try:
+        pid = os.fork()
+        if pid == 0:  # the child: a shape no plan is kept for needs every lock
+            try:
+                signal.alarm(60)
+                got = ops.swiglu(**inputs)
+                os._exit(0 if np.allclose(got, want, rtol=1e-5, atol=1e-5) else 3)
+            finally:
+                os._exit(4)
+    finally:
+        for lock in held:
+            lock.release()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0  # -14: SIGALRM, the child waited
 
 
 def test_two_threads_get_their_own_answers_and_choices(settings: Settings) -> None:

@@ -5,9 +5,11 @@ dims, fake tensors, opcheck, and bad inputs."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -330,6 +332,30 @@ def test_import_tilewise_does_not_import_torch() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
     assert done.stdout.strip() == "False", done.stdout + done.stderr
+
+
+def test_before_any_tune_the_ops_run_their_default_tilings_and_say_so(tmp_path: Path) -> None:
+    # A fresh machine: the settings name a SQLite file nothing has created yet.
+    code = (
+        "import logging, torch, tilewise.torch\n"
+        "logging.basicConfig()\n"
+        "g, u = torch.randn(3, 16), torch.randn(3, 16)\n"
+        "y = torch.ops.tilewise.swiglu(g, u)\n"
+        "assert torch.allclose(y, torch.nn.functional.silu(g) * u, atol=1e-5)\n"
+        "print(tilewise.torch.current_ops().last_choice.source)\n"
+    )
+    env = {
+        **os.environ,
+        "TILEWISE_DB_URL": f"sqlite:///{tmp_path / 'none' / 'tilewise.db'}",
+        "TILEWISE_CACHE_DIR": str(tmp_path / "cache"),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "default"
+    assert "no tilings database yet" in done.stderr
+    assert not (tmp_path / "none").exists()  # nothing created by running the model
 
 
 def _torch_references() -> dict[str, Any]:

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from tilewise.errors import InputError, close_matches
+from tilewise.forks import renew_in_child
 from tilewise.kernels.ops import OPS, OpSpec, get_op
 from tilewise.kernels.ops._base import NUMPY_DTYPES, StructField
 from tilewise.launch._device import Device, Launch, open_device
@@ -102,6 +103,7 @@ class Ops:
         self.target: str = device.target.name
         self._plans: dict[tuple[Any, ...], _Plan] = {}
         self._lock = threading.Lock()  # the plan cache; held while a variant builds
+        renew_in_child(self, "_lock")
         self._local = threading.local()
 
     @property

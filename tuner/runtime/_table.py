@@ -22,6 +22,7 @@ from tilewise.export import (
     load_entries,
     parse_table,
 )
+from tilewise.forks import renew_in_child
 from tilewise.kernels.ops import get_op
 from tilewise.kernels.targets import get_target
 from tilewise.runtime._answer import Answer, Source
@@ -82,6 +83,7 @@ class TilingTable:
         #: :attr:`MAX_REJECTED_MESSAGES`).
         self.rejected: list[str] = []
         self._lock = threading.Lock()
+        renew_in_child(self, "_lock", "_miss_lock")
         self._groups: dict[tuple[str, str, str], Group] = {}
         for message in rejected:
             self._skip("invalid entry", message)

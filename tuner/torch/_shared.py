@@ -3,19 +3,28 @@ tensors (the cpu-twin) and one for NPU tensors (an Ascend target)."""
 
 from __future__ import annotations
 
+import logging
 import os
+import sys
 import threading
+from pathlib import Path
 
-from tilewise.errors import InputError
+from sqlalchemy.engine import make_url
+
+from tilewise.errors import InputError, StoreError
+from tilewise.forks import renew_in_child
 from tilewise.kernels.targets import get_target
 from tilewise.launch import Ops, load_ops
 from tilewise.runtime import TilingTable
-from tilewise.settings import Settings
+from tilewise.settings import Settings, get_settings
+
+_log = logging.getLogger("tilewise.torch")
 
 #: The device type of NPU tensors: torch_npu renames PyTorch's PrivateUse1 backend to it.
 NPU = "npu"
 
-_lock = threading.Lock()
+_lock = threading.Lock()  # held while the first call opens the database
+renew_in_child(sys.modules[__name__], "_lock")
 _ops: dict[str, Ops] = {}  # by device type: "cpu", "npu"
 
 
@@ -62,5 +71,27 @@ def current_ops(device: str = "cpu") -> Ops:
                     f"{device} tensors run the kernels of an Ascend target: call "
                     "tilewise.torch.use_table(source, target='ascend910b2') (your SoC) first"
                 )
-            found = _ops[device] = load_ops()
+            found = _ops[device] = _default_ops()
         return found
+
+
+def _default_ops() -> Ops:
+    """The Ops of the settings' database; of an empty table (default tilings), with a warning,
+    while that database is a SQLite file nothing has created yet: a model runs before any
+    tune, as it would without tilewise."""
+    settings = get_settings()
+    try:
+        return load_ops(settings=settings)
+    except StoreError:
+        url = make_url(settings.db_url)
+        database = url.database or ""
+        if url.get_backend_name() != "sqlite" or database in ("", ":memory:"):
+            raise
+        if Path(database).expanduser().exists():
+            raise
+    _log.warning(
+        "no tilings database yet (%s): the tilewise ops run their default tilings until "
+        "tilewise.torch.use_table(...) names a table or a tune creates the database",
+        database,
+    )
+    return load_ops(TilingTable([]), settings=settings)
