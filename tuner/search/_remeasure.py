@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,14 +42,32 @@ class Measured:
         return {"tiling": dict(self.tiling), "latency_us": self.latency_us}
 
 
+class Stopped(Exception):
+    """A stop was asked for (Ctrl-C, a worker's SIGTERM) while the winner was re-measured:
+    nothing is stored, the records stay."""
+
+
+class _WinnerChanged(Exception):
+    """Another process stored a new winner while this one re-measured its contenders."""
+
+
+#: Re-measures of one finish when other processes keep storing new winners meanwhile.
+FINISH_ATTEMPTS = 3
+
+
 def interleaved_samples(
-    evaluator: Evaluator, contenders: Mapping[str, Tiling]
+    evaluator: Evaluator,
+    contenders: Mapping[str, Tiling],
+    should_stop: Callable[[], bool] | None = None,
 ) -> dict[str, list[float]]:
     """Samples of every contender, taken in REMEASURE_ROUNDS rounds that visit each in turn.
 
     Measured one after the other, a contender whose window met a busy moment of the
     machine (another process, a frequency change) reads slow as a whole; in rounds every
     contender shares those moments. A contender that fails a round is dropped.
+
+    Raises:
+        Stopped: ``should_stop`` said so before a run.
     """
     measure = evaluator.measure
     per_round = MeasureOptions(
@@ -59,6 +77,8 @@ def interleaved_samples(
     )
 
     def run(tiling: Tiling, measure: MeasureOptions) -> RunResult:
+        if should_stop is not None and should_stop():
+            raise Stopped
         return evaluator.launch(evaluator.build(tiling), tiling, check=False, measure=measure)
 
     # While the search fitted its surrogates one core sat idle, and a vCPU of these VMs
@@ -77,7 +97,9 @@ def interleaved_samples(
     return samples
 
 
-def finish(evaluator: Evaluator, default: Tiling) -> tuple[Measured | None, Measured | None]:
+def finish(
+    evaluator: Evaluator, default: Tiling, should_stop: Callable[[], bool] | None = None
+) -> tuple[Measured | None, Measured | None]:
     """Re-measure the best few, the default and the stored winner side by side; store the
     winner.
 
@@ -90,7 +112,37 @@ def finish(evaluator: Evaluator, default: Tiling) -> tuple[Measured | None, Meas
     another toolchain (before an upgrade) is re-measured among them too, when still valid for
     the target: it is not the incumbent, but it may well win again.
 
-    The best and the default as re-measured; (None, None) when nothing could be."""
+    Another process may store a new winner meanwhile (two tunes of one workload): the
+    comparison is then made again with that winner among the contenders, up to
+    :data:`FINISH_ATTEMPTS` times, after which its winner stays.
+
+    The best and the default as re-measured; (None, None) when nothing could be, or nothing
+    was stored.
+
+    Raises:
+        Stopped: ``should_stop`` said so before a measurement.
+    """
+    name = evaluator.workload.study_name
+    for _ in range(FINISH_ATTEMPTS):
+        try:
+            return _finish_once(evaluator, default, should_stop)
+        except _WinnerChanged:
+            log.info("%s: another run stored a new winner meanwhile: comparing with it", name)
+    log.warning(
+        "%s: other runs kept storing new winners while this one re-measured: theirs stays", name
+    )
+    return None, None
+
+
+def _finish_once(
+    evaluator: Evaluator, default: Tiling, should_stop: Callable[[], bool] | None
+) -> tuple[Measured | None, Measured | None]:
+    """One re-measure and store of :func:`finish`.
+
+    Raises:
+        _WinnerChanged: the stored winner is not the one this comparison read.
+        Stopped: ``should_stop`` said so before a measurement.
+    """
     settings = evaluator.settings
     with evaluator.db.session() as s:
         top = store.top_k(s, workload_id=evaluator.workload_id, k=settings.remeasure_top + 4)
@@ -111,6 +163,8 @@ def finish(evaluator: Evaluator, default: Tiling) -> tuple[Measured | None, Meas
         return None, None
     default_seen = evaluator.seen.get(default.key()) or evaluator.awaited(default)
     if default_seen is None:
+        if should_stop is not None and should_stop():
+            raise Stopped
         default_seen = evaluator.measure_default(default)
     evaluator.seen[default.key()] = default_seen
     if default_seen is not None and default_seen.status == RecordStatus.OK:
@@ -126,7 +180,7 @@ def finish(evaluator: Evaluator, default: Tiling) -> tuple[Measured | None, Meas
         former, evaluator.shape, evaluator.dtype, evaluator.target
     ):
         contenders.setdefault(former.key(), former)
-    samples = interleaved_samples(evaluator, contenders)
+    samples = interleaved_samples(evaluator, contenders, should_stop)
     latencies: dict[str, tuple[float, int]] = {}
     for key, times in samples.items():
         pooled = RunResult(status=RecordStatus.OK, samples_us=tuple(times))
@@ -168,7 +222,7 @@ def finish(evaluator: Evaluator, default: Tiling) -> tuple[Measured | None, Meas
             for r in store.records_for(s, workload_id=evaluator.workload_id)
             if r.status != RecordStatus.INFEASIBLE and r.source != RecordSource.REMEASURE
         )
-        store.upsert_tiling(
+        stored_now = store.upsert_tiling(
             s,
             workload_id=evaluator.workload_id,
             record_id=latencies[best_key][1],
@@ -179,7 +233,10 @@ def finish(evaluator: Evaluator, default: Tiling) -> tuple[Measured | None, Meas
             evaluations=evaluations,
             toolchain=toolchain,
             reason=reason,
+            expected=incumbent,
         )
+        if stored_now is None:
+            raise _WinnerChanged
     return best, default_measured
 
 

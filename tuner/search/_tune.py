@@ -215,6 +215,14 @@ class Tuner(Evaluator):
                 f"cannot reach database {self.db.safe_url} (the Optuna study): {reason}"
             ) from exc
         progress.screened, progress.screened_out = self.screened, self.screened_out
+        # A stop asked for during the last evaluation, after the loop's last look.
+        stopped = stopped or (should_stop is not None and should_stop())
+        if finish and not stopped:
+            default = self.spec.default_tiling(self.shape, self.dtype, self.target)
+            try:
+                best, default_measured = self.finish(default, should_stop)
+            except _remeasure.Stopped:
+                stopped = True
         if stopped or not finish:
             return TuneResult(
                 self.workload,
@@ -225,8 +233,6 @@ class Tuner(Evaluator):
                 stopped=stopped,
                 earlier_evaluations=earlier_runs,
             )
-        default = self.spec.default_tiling(self.shape, self.dtype, self.target)
-        best, default_measured = self.finish(default)
         if best is not None:
             self._record_outcome(best, default_measured)
         return TuneResult(
@@ -388,10 +394,13 @@ class Tuner(Evaluator):
             log.warning("%s: the default is measured outside the study: %s", name, exc)
             return None
 
-    def finish(self, default: Tiling) -> tuple[Measured | None, Measured | None]:
+    def finish(
+        self, default: Tiling, should_stop: Callable[[], bool] | None = None
+    ) -> tuple[Measured | None, Measured | None]:
         """Re-measure the best few and the default side by side; store the winner (see
-        :func:`tilewise.search._remeasure.finish`)."""
-        return _remeasure.finish(self, default)
+        :func:`tilewise.search._remeasure.finish`, which raises its ``Stopped`` when
+        ``should_stop`` says so)."""
+        return _remeasure.finish(self, default, should_stop)
 
 
 class _TunerLoop(AskTellLoop[str, Outcome]):

@@ -105,6 +105,14 @@ def top_k(
     return [record_row(m) for m in session.scalars(query)]
 
 
+class _Any:
+    """The type of :data:`ANY_WINNER`."""
+
+
+#: ``upsert_tiling(expected=...)``'s default: whatever winner is stored is replaced.
+ANY_WINNER = _Any()
+
+
 def upsert_tiling(
     session: Session,
     *,
@@ -117,9 +125,12 @@ def upsert_tiling(
     speedup: float | None,
     evaluations: int,
     reason: str | None = None,
-) -> TilingRow:
+    expected: Tiling | _Any | None = ANY_WINNER,
+) -> TilingRow | None:
     """Set the chosen tiling of a workload under ``toolchain``, replacing any previous one of
-    that toolchain unconditionally.
+    that toolchain, unconditionally or, with ``expected``, only while the stored winner is still
+    that tiling (None: still none): a caller that compared its tiling with the winner it read
+    learns (None returned, nothing written) that another process stored a new one meanwhile.
 
     Deciding whether the new tiling is better is the caller's job (e.g. a forced re-tune may
     legitimately replace a faster but stale entry). When the tiling changes (or is the first
@@ -139,6 +150,10 @@ def upsert_tiling(
     key = (workload_id, toolchain.id)
     for _ in range(2):
         model = session.get(TilingModel, key, with_for_update=True, populate_existing=True)
+        if not isinstance(expected, _Any) and expected != (
+            None if model is None else Tiling(model.tiling)
+        ):
+            return None
         if model is not None:
             changed = Tiling(model.tiling) != tiling
             for name, value in values.items():

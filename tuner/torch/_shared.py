@@ -7,11 +7,8 @@ import logging
 import os
 import sys
 import threading
-from pathlib import Path
 
-from sqlalchemy.engine import make_url
-
-from tilewise.errors import InputError, StoreError
+from tilewise.errors import InputError
 from tilewise.forks import renew_in_child
 from tilewise.kernels.targets import get_target
 from tilewise.launch import Ops, load_ops
@@ -79,19 +76,14 @@ def _default_ops() -> Ops:
     """The Ops of the settings' database; of an empty table (default tilings), with a warning,
     while that database is a SQLite file nothing has created yet: a model runs before any
     tune, as it would without tilewise."""
+    from tilewise.store import is_missing_file
+
     settings = get_settings()
-    try:
+    if not is_missing_file(settings.db_url):
         return load_ops(settings=settings)
-    except StoreError:
-        url = make_url(settings.db_url)
-        database = url.database or ""
-        if url.get_backend_name() != "sqlite" or database in ("", ":memory:"):
-            raise
-        if Path(database).expanduser().exists():
-            raise
     _log.warning(
         "no tilings database yet (%s): the tilewise ops run their default tilings until "
         "tilewise.torch.use_table(...) names a table or a tune creates the database",
-        database,
+        settings.db_url,
     )
     return load_ops(TilingTable([]), settings=settings)

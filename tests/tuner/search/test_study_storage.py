@@ -188,8 +188,8 @@ def test_a_journal_failing_after_the_search_only_loses_the_study_figures(
     def no_space_left(self: Any, logs: Any) -> None:
         raise OSError(28, "No space left on device")
 
-    def finish_then_fill_the_disk(default: Tiling) -> Any:
-        measured = finish(default)
+    def finish_then_fill_the_disk(default: Tiling, should_stop: Any = None) -> Any:
+        measured = finish(default, should_stop)
         monkeypatch.setattr(JournalFileBackend, "append_logs", no_space_left)
         return measured
 
