@@ -269,6 +269,17 @@ def test_submit_wait_follows_the_batch_and_writes_the_header_despite_a_failure(
             timeout=300, check=False,
         )  # fmt: skip
         batch = httpx.get(f"{base}/v1/batches/1").json()
+        # Again, the table to stdout: the results go to stderr, stdout holds the JSON alone.
+        to_stdout = subprocess.run(
+            cli("submit", str(path), "--url", base, "--wait", "--poll", "0.3",
+                "--export", "json", "-o", "-"),
+            env={**env, "COLUMNS": "200"}, cwd=ROOT, capture_output=True, text=True,
+            timeout=300, check=False,
+        )  # fmt: skip
+    assert to_stdout.returncode == 1, to_stdout.stderr
+    assert json.loads(to_stdout.stdout)["entries"], to_stdout.stdout[:300]
+    assert "batch 2 (build)" in to_stdout.stderr and "wrote the json table" in to_stdout.stderr
+    assert not (ROOT / "-").exists()
     assert done.returncode == 1, done.stdout + done.stderr
     assert batch["done"] and batch["status"] == "failed", batch
     status = {i["workload"]["shape"]["N"]: i for i in batch["workloads"]}

@@ -234,3 +234,24 @@ def test_no_help_text_holds_what_rich_would_take_for_markup() -> None:
     ]
     assert len(texts) > 100
     assert [(where, t) for where, t in texts if re.search(r"\[[a-z/]", t)] == []
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["tune", "swiglu", "--shape", "T=4,I=64", "--budget", "2"],
+        ["tune-set", str(Path(__file__).parents[2] / "examples" / "manifest.yaml")],
+        ["db", "upgrade"],
+        ["serve", "--workers", "0", "--port", "1"],
+    ],
+    ids=["tune", "tune-set", "db-upgrade", "serve"],
+)
+def test_an_in_memory_database_is_refused_where_results_must_outlive_the_command(
+    tmp_path: Path, args: list[str]
+) -> None:
+    done = tilewise(*args, tmp_path=tmp_path, db="sqlite://")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        "error: database sqlite:// is an in-memory SQLite database, gone when this command "
+        "ends: name a file (sqlite:///path/to/tilewise.db) or a server"
+    )

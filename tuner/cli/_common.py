@@ -222,14 +222,15 @@ def results_table(title: str, rows: list[dict[str, Any]]) -> Any:
     return table
 
 
-def print_table(table: Any) -> None:
-    """Print ``table`` on stdout: on a terminal at its width, into a file or pipe (a build's
-    log) at the table's own width, not folded into 80 columns."""
-    if out.is_terminal:
-        out.print(table)
+def print_table(table: Any, *, console: Console | None = None) -> None:
+    """Print ``table`` on stdout (or ``console``): on a terminal at its width, into a file or
+    pipe (a build's log) at the table's own width, not folded into 80 columns."""
+    console = console or out
+    if console.is_terminal:
+        console.print(table)
         return
-    natural = out.measure(table, options=out.options.update(max_width=1 << 12)).maximum
-    Console(width=max(out.width, natural), highlight=False).print(table)
+    natural = console.measure(table, options=console.options.update(max_width=1 << 12)).maximum
+    Console(width=max(console.width, natural), highlight=False, stderr=console.stderr).print(table)
 
 
 def report_failures(rows: list[dict[str, Any]]) -> int:

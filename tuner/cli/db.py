@@ -16,6 +16,7 @@ def db_upgrade(db: DbOpt = None) -> None:
 
     settings = settings_for(db)
     try:
+        store.check_persistent(settings.db_url)
         before, after = store.migrate(settings.db_url)
     except TilewiseError as exc:
         fail(str(exc))

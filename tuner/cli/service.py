@@ -299,6 +299,7 @@ def serve(
     _configure_logging()
     try:
         settings = service_settings(settings_for(db), host)
+        store.check_persistent(settings.db_url)
         store.open_store(settings.db_url).close()  # create / check the schema once
         if workers:
             _check_runnable(target, settings)

@@ -13,9 +13,10 @@ bad input or a service that refuses the manifest or cannot be reached.
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -26,6 +27,7 @@ from tilewise.cli._common import (
     app,
     err,
     fail,
+    output_path,
     print_table,
     report_failures,
     results_table,
@@ -55,7 +57,8 @@ def submit(
         typer.Option("--export", help="When done, write the tiling table: header or json."),
     ] = None,
     output: Annotated[
-        str | None, typer.Option("--output", "-o", help="The file --export writes.")
+        str | None,
+        typer.Option("--output", "-o", help="The file --export writes; - for stdout."),
     ] = None,
     force: Annotated[bool, typer.Option("--force", help="Re-tune tuned workloads too.")] = False,
     token: Annotated[
@@ -77,6 +80,8 @@ def submit(
         manifest = load_manifest(manifest_path)
         entries = manifest.entries(max_elements=settings.max_elements)
         path = _export_path(export, output)
+        if path == "-" and as_json:
+            raise InputError("--json and -o - would both write to stdout: name a file with -o")
         base = _base_url(url)
     except TilewiseError as exc:
         fail(str(exc))
@@ -118,20 +123,26 @@ def submit(
         print(json.dumps(batch))
     else:
         title = f"batch {batch['id']} ({manifest.name or manifest_path}): {batch['status']}"
-        print_table(results_table(title, rows))
+        # With the table on stdout, the results go to stderr.
+        print_table(results_table(title, rows), console=err if path == "-" else None)
     if path is not None and text is not None:
-        try:
-            write_atomically(path, text)
-        except OSError as exc:
-            fail(f"cannot write {path}: {exc.strerror or exc}")
+        if path == "-":
+            sys.stdout.write(text)
+        else:
+            try:
+                write_atomically(path, text)
+            except OSError as exc:
+                fail(f"cannot write {path}: {exc.strerror or exc}")
         # One op's table, a header per op, or (JSON of several) the service's whole table.
         held = ", ".join(ops) if export == "header" or len(ops) == 1 else "every op it serves"
-        err.print(f"wrote the {export} table of {held} to {path}", highlight=False)
+        where = "stdout" if path == "-" else path
+        err.print(f"wrote the {export} table of {held} to {where}", highlight=False)
     if report_failures(rows):
         raise typer.Exit(1)
 
 
-def _export_path(export: str | None, output: str | None) -> Path | None:
+def _export_path(export: str | None, output: str | None) -> Path | Literal["-"] | None:
+    """The file --export writes, "-" for stdout, None without --export."""
     if export is None:
         if output is not None:
             raise InputError("-o names the file of --export header|json: give --export too")
@@ -139,13 +150,8 @@ def _export_path(export: str | None, output: str | None) -> Path | None:
     if export not in EXPORTS:
         raise InputError(f"unknown --export {export!r}; one of: {', '.join(EXPORTS)}")
     if output is None:
-        raise InputError(f"--export {export} needs -o FILE")
-    path = Path(output).expanduser()
-    if not path.parent.is_dir():
-        raise InputError(f"cannot write {path}: no directory {path.parent}")
-    if path.is_dir():
-        raise InputError(f"cannot write {path}: it is a directory")
-    return path
+        raise InputError(f"--export {export} needs -o FILE (- for stdout)")
+    return output_path(output) or "-"
 
 
 def _base_url(url: str) -> str:

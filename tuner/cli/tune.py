@@ -87,6 +87,7 @@ def tune(
 
         # The target's backend (on an Ascend target, CANN's: without it, the message names
         # ASCEND_HOME_PATH and set_env.sh) before the database is touched.
+        store.check_persistent(settings.db_url)
         backend = create_backend(profile.backend, settings=settings, target=profile)
         try:
             db_handle = store.open_store(settings.db_url)

@@ -55,6 +55,7 @@ from tilewise.store._claims import (
 from tilewise.store._engine import (
     VERSION_TABLE,
     Store,
+    check_persistent,
     check_schema,
     create_engine,
     current_revision,
@@ -145,6 +146,7 @@ __all__ = [
     "batch_view",
     "best_tilings",
     "cancel_job",
+    "check_persistent",
     "check_schema",
     "claim_job",
     "claim_tiling",

@@ -363,6 +363,20 @@ class Store:
         self.engine.dispose()
 
 
+def check_persistent(url: str | URL) -> None:
+    """Refuse an in-memory SQLite database for a command whose results must outlive it.
+
+    Raises:
+        StoreError: ``url`` names one (or is not a database URL).
+    """
+    parsed = _parse(url)
+    if _in_memory(parsed):
+        raise StoreError(
+            f"database {safe_url(parsed)} is an in-memory SQLite database, gone when this "
+            "command ends: name a file (sqlite:///path/to/tilewise.db) or a server"
+        )
+
+
 def is_missing_file(url: str | URL) -> bool:
     """Whether ``url`` names a SQLite file that does not exist yet (what :func:`open_store`
     would create).
