@@ -161,8 +161,9 @@ aclnnStatus aclnnLinearAddGelu(void* workspace, uint64_t workspaceSize, aclOpExe
     {
         std::lock_guard<std::mutex> lock(launches);
         TwHost host{&twin_host::ThreadPool::ParallelFor, &Pool()};
+        // The twin runs vector blocks: two per cube core of the MIX launch, as the device does.
         error = tw_run(executor->gm, 5, &executor->plan.tiling, uint32_t(sizeof(executor->plan.tiling)),
-                       executor->plan.blockDim, &limits, &host);
+                       2 * executor->plan.blockDim, &limits, &host);
     }
     delete executor;  // an aclnn executor serves one launch
     if (error != nullptr) return Fail(ACLNN_ERR_RUNTIME_ERROR, std::string("kernel failed: ") + error);

@@ -84,9 +84,14 @@ const char* SourceName(TilingSource source)
     return "?";
 }
 
-uint32_t BlockDim(const Tunables& t, int64_t m, int64_t n)
+uint32_t Tiles(const Tunables& t, int64_t m, int64_t n)
 {
     return static_cast<uint32_t>(CeilDiv(m, t.singleCoreM) * CeilDiv(n, t.singleCoreN));
+}
+
+uint32_t BlockDim(const Tunables& t, int64_t m, int64_t n)
+{
+    return (Tiles(t, m, n) + 1) / 2;
 }
 
 std::string CheckTiling(const Tunables& t, int64_t m, int64_t n, int64_t k, int64_t dtypeBytes,
@@ -248,7 +253,7 @@ LinearAddGeluTilingData FillTilingData(const Tunables& t, int64_t m, int64_t n, 
 {
     LinearAddGeluTilingData data{};  // fields a plain matmul does not use stay zero
     CubeTilingData& c = data.cube;
-    c.usedCoreNum = static_cast<int32_t>(BlockDim(t, m, n));
+    c.usedCoreNum = static_cast<int32_t>(Tiles(t, m, n));
     c.M = static_cast<int32_t>(m);
     c.N = static_cast<int32_t>(n);
     c.Ka = static_cast<int32_t>(k);

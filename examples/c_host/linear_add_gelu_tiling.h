@@ -81,7 +81,11 @@ TilingDecision ChooseTiling(int64_t m, int64_t n, int64_t k, const Platform& pla
 // The kernel's struct for the tunables (tilewise's LinearAddGelu.tiling_struct).
 LinearAddGeluTilingData FillTilingData(const Tunables& t, int64_t m, int64_t n, int64_t k);
 
-// Blocks the kernel is launched with: one per singleCoreM x singleCoreN tile of out.
+// The kernel's tiles (usedCoreNum): one singleCoreM x singleCoreN tile of out per vector block.
+uint32_t Tiles(const Tunables& t, int64_t m, int64_t n);
+
+// The launch's blockDim: the kernel is MIX (1 cube : 2 vector cores), launched on cube cores
+// that each run two vector blocks (GetBlockIdx over [0, 2 * blockDim)), one tile each.
 uint32_t BlockDim(const Tunables& t, int64_t m, int64_t n);
 
 }  // namespace lag_host

@@ -421,7 +421,15 @@ class OpSpec(ABC):
 
     @abstractmethod
     def block_dim(self, tiling: Tiling, shape: Shape, dtype: str, target: TargetProfile) -> int:
-        """How many blocks the kernel is launched with."""
+        """How many blocks of the kernel run, each its ``GetBlockIdx()``: vector blocks for a
+        kernel of vector and cube work (:attr:`mix`). The twin launches as many."""
+
+    def launch_blocks(self, blocks: int) -> int:
+        """The ``blockDim`` an NPU launch of ``blocks`` (:meth:`block_dim`) takes: a MIX kernel
+        (``KERNEL_TYPE_MIX_AIC_1_2``) is launched on cube cores, each running two vector
+        blocks, whose indices run over ``[0, 2 * blockDim)``; with an odd count the last
+        vector block has no tile and returns at once."""
+        return (blocks + 1) // 2 if self.mix else blocks
 
     def pack_tiling(
         self,

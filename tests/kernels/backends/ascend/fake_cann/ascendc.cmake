@@ -40,7 +40,12 @@ function(_fake_twin_library name type source)
         endif()
     endforeach()
     set(limits ${FAKE_CANN_LIMITS_AIV})
-    if(text MATCHES "KERNEL_TYPE_MIX")
+    # A MIX (1 cube : 2 vector) kernel runs two vector blocks per block of the launch.
+    set(vector_blocks_per_block 1)
+    if(text MATCHES "KERNEL_TYPE_MIX_AIC_1_2")
+        set(limits ${FAKE_CANN_LIMITS_MIX})
+        set(vector_blocks_per_block 2)
+    elseif(text MATCHES "KERNEL_TYPE_MIX")
         set(limits ${FAKE_CANN_LIMITS_MIX})
     endif()
     set(gen ${CMAKE_CURRENT_BINARY_DIR}/fake_twin)
@@ -76,7 +81,7 @@ extern \"C\" ${signature}
     (void)stream;
     uint8_t* gm[] = {${gm_pointers}};
     const TwCoreLimits limits = {${limits}, 0};
-    const char* error = ::twin::RunKernel(&fake_call, gm, &tiling, blockDim, &limits, nullptr);
+    const char* error = ::twin::RunKernel(&fake_call, gm, &tiling, blockDim * ${vector_blocks_per_block}, &limits, nullptr);
     if (error != nullptr) {
         fake_acl_fail(507015, error);
     }
