@@ -142,6 +142,9 @@ class Evaluator(Measurer):
                 )
             # A tune of this host that died mid-evaluation (SIGKILL, a crash) left its claim;
             # live by its age for an evaluation's bound, it would hold its tiling that long.
+            #: The tilings whose evaluations died with their tune: its trials of them are
+            #: still running in the study, and nobody else will end them.
+            self.orphaned: set[str] = set()
             for key, claimant in store.claims_named(
                 s, workload_id=self.workload_id, prefix=f"{_TUNE}{_HOST}:"
             ):
@@ -149,11 +152,15 @@ class Evaluator(Measurer):
                     store.release_claim(
                         s, workload_id=self.workload_id, tiling_key=key, claimant=claimant
                     )
+                    self.orphaned.add(key)
             self.seen: dict[str, Outcome] = {
                 r.tiling_key: outcome_of(r)
                 for r in store.records_for(s, workload_id=self.workload_id)
                 if r.source != RecordSource.REMEASURE
             }
+        #: The tilings earlier runs measured: a default whose record there failed (a timeout,
+        #: limits since changed) is measured again at the finish.
+        self.earlier: set[str] = set(self.seen)
         #: Keys of the tilings the search left to another worker that claimed them
         #: (:meth:`claim`): their records are that worker's to write.
         self.elsewhere: set[str] = set()
@@ -226,9 +233,12 @@ class Evaluator(Measurer):
                 return None  # given up without a record, its tune dead, or out of time
             time.sleep(min(s.poll_s, max(0.0, deadline - time.monotonic())))
 
-    def measure_default(self, default: Tiling) -> Outcome:
-        """``default`` evaluated at the finish, the search having left it unmeasured."""
-        return self.evaluate(default, source=RecordSource.DEFAULT, progress=Progress(budget=1))
+    def measure_default(self, default: Tiling, *, again: bool = False) -> Outcome:
+        """``default`` evaluated at the finish, the search having left it unmeasured (or, with
+        ``again``, its record of an earlier run failed)."""
+        return self.evaluate(
+            default, source=RecordSource.DEFAULT, progress=Progress(budget=1), again=again
+        )
 
     def record(self, tiling: Tiling, outcome: Outcome, **fields: Any) -> Outcome:
         """Append ``outcome`` of ``tiling`` to the records; the outcome with its record's id."""
@@ -267,15 +277,25 @@ class Evaluator(Measurer):
         return Outcome(outcome.status, outcome.latency_us, outcome.constraints, row.id)
 
     def evaluate(
-        self, tiling: Tiling, *, source: RecordSource, progress: Progress, trial: int | None = None
+        self,
+        tiling: Tiling,
+        *,
+        source: RecordSource,
+        progress: Progress,
+        trial: int | None = None,
+        again: bool = False,
     ) -> Outcome:
         """Check, build, run and measure one tiling (:meth:`attempt`); append its record.
 
         A tiling that has a record already (another worker's, made after this tuner started)
-        is not evaluated again: that record's outcome is returned.
+        is not evaluated again, unless ``again``: that record's outcome is returned.
         """
         with self.db.session() as s:
-            found = store.find_record(s, workload_id=self.workload_id, tiling_key=tiling.key())
+            found = (
+                None
+                if again
+                else store.find_record(s, workload_id=self.workload_id, tiling_key=tiling.key())
+            )
             if found is not None:  # recorded by another worker before this one claimed it
                 store.release_claim(
                     s, workload_id=self.workload_id, tiling_key=tiling.key(), claimant=self.claimant

@@ -162,10 +162,16 @@ def _finish_once(
     if not contenders:
         return None, None
     default_seen = evaluator.seen.get(default.key()) or evaluator.awaited(default)
-    if default_seen is None:
+    stale = (
+        default_seen is not None
+        and default_seen.status != RecordStatus.OK
+        and default.key() in evaluator.earlier
+    )
+    if default_seen is None or stale:
+        evaluator.earlier.discard(default.key())
         if should_stop is not None and should_stop():
             raise Stopped
-        default_seen = evaluator.measure_default(default)
+        default_seen = evaluator.measure_default(default, again=stale)
     evaluator.seen[default.key()] = default_seen
     if default_seen is not None and default_seen.status == RecordStatus.OK:
         contenders.setdefault(default.key(), default)

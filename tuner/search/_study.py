@@ -59,3 +59,21 @@ def record_outcome(
         StoreError,  # a study journal's file out of reach (tilewise.search._storage)
     ) as exc:
         log.warning("%s: could not add the tune's figures to the Optuna study: %s", name, exc)
+
+
+def end_orphans(study: optuna.Study, orphaned: set[str]) -> None:
+    """Fail the study's running trials of the tilings ``orphaned`` (by key): a tune of this host
+    left them running when it died mid-evaluation (its claims name them). Counted in flight,
+    they would change every later proposal, and the default queued first would not be queued
+    again: a queued one is queued anew."""
+    from tilewise.search._space import tiling_from_params
+
+    if not orphaned:
+        return
+    for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        if tiling_from_params(trial.params).key() in orphaned:
+            fixed = trial.system_attrs.get("fixed_params")
+            study.tell(trial.number, state=optuna.trial.TrialState.FAIL)
+            if fixed:
+                study.enqueue_trial(fixed)
+            log.info("%s: trial %d ended: the tune running it died", study.study_name, trial.number)

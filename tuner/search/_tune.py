@@ -282,6 +282,7 @@ class Tuner(Evaluator):
             load_if_exists=True,
         )
         _study.describe(study, self.workload, strategy=self.strategy)
+        _study.end_orphans(study, self.orphaned)
         default = self.spec.default_tiling(self.shape, self.dtype, self.target)
         if default.key() not in self.seen:
             # First, so that even a budget the warm start would fill measures the default the
@@ -337,26 +338,27 @@ class Tuner(Evaluator):
             and all(t[name] in values for name, values in domains.items())
         ]
 
-    def measure_default(self, default: Tiling) -> Outcome:
+    def measure_default(self, default: Tiling, *, again: bool = False) -> Outcome:
         """``default`` evaluated at the finish as a trial of the study, so that the study knows
         its time and its record its trial (assistants may have spent the job's budget without
         it). Another worker that claimed it (an assistant's evaluation in flight) measures it:
         its record is awaited. Evaluated outside the study when the study is out of reach."""
         if not self.claim(default):
-            return self.awaited(default) or super().measure_default(default)
+            return self.awaited(default) or super().measure_default(default, again=again)
         try:
             storage = self._storage()
         except (sqlalchemy.exc.SQLAlchemyError, StoreError) as exc:
             log.warning("%s: the Optuna study is out of reach: %s", self.workload.study_name, exc)
-            return super().measure_default(default)
+            return super().measure_default(default, again=again)
         try:
             trial = self._running_trial(storage, default)
             if trial is None:
-                return super().measure_default(default)
+                return super().measure_default(default, again=again)
             try:
                 outcome = self.evaluate(
                     default,
                     source=RecordSource.DEFAULT,
+                    again=again,
                     progress=Progress(budget=1),
                     trial=trial.number,
                 )
