@@ -52,8 +52,8 @@ class FieldError(InputError):
 
 class _ErrorResponse(JSONResponse):
     """A JSON error answer in ASCII. Messages echo what the client sent, which may hold a lone
-    surrogate (``"\\ud800"`` is valid JSON, but no UTF-8): Starlette's UTF-8 rendering raised on
-    it and the 422 became a 500 (found by the API fuzz test). Escaped, it goes back as sent."""
+    surrogate (``"\\ud800"`` is valid JSON, but no UTF-8), on which Starlette's UTF-8 rendering
+    raises (a 500 for a 422). Escaped, it goes back as sent."""
 
     def render(self, content: Any) -> bytes:
         return json.dumps(content, allow_nan=False, separators=(",", ":")).encode("ascii")
@@ -93,7 +93,7 @@ async def _http(request: Request, exc: Exception) -> Response:
         # FastAPI answers a JSON body that json.loads refuses with something else than a
         # JSONDecodeError (not UTF-8, an integer of thousands of digits, nesting too deep) with a
         # bare 400 "There was an error parsing the body", where any other undecodable JSON is a
-        # 422 on the body: found by the API fuzz test. Same input fault, same answer.
+        # 422 on the body. Same input fault, same answer.
         message = f"body is not valid JSON: {exc.__cause__}"
         return _ErrorResponse(status_code=422, content={"detail": _detail(("body",), message)})
     return await http_exception_handler(request, exc)

@@ -86,9 +86,9 @@ class ConcurrencyLimit:
     Sync routes run in anyio's thread pool (40 threads), and FastAPI validates a sync route's
     response in a second thread while the request's database session, with the locks it took
     (SQLite's write lock, PostgreSQL's row lock on a workload), is still open. When every thread
-    waited for such a lock, its holder never got the thread it needed to finish: a burst of job
-    submissions hung until the database's 30 s timeouts and ended in 500s and 503s (found by the
-    load test). Admitting fewer requests than there are threads always leaves it one.
+    waits for such a lock, its holder never gets the thread it needs to finish: a burst of job
+    submissions would hang until the database's 30 s timeouts and end in 500s and 503s.
+    Admitting fewer requests than there are threads always leaves it one.
     """
 
     def __init__(self, app: ASGIApp, *, max_requests: int) -> None:

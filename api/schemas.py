@@ -139,8 +139,8 @@ class JobCreate(BaseModel):
                 return dict(spec.validate_shape(value))
             except InputError as exc:
                 # The message names the dims as sent; pydantic cannot carry one that is not
-                # UTF-8 (a dim name with a lone surrogate, "\ud800" in JSON): it raised, and the
-                # 422 became a 500 (found by the API fuzz test).
+                # UTF-8 (a dim name with a lone surrogate, "\ud800" in JSON): it would raise, a
+                # 500 for a 422.
                 raise ValueError(str(exc).encode("utf-8", "backslashreplace").decode()) from None
         return value
 

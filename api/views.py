@@ -106,7 +106,7 @@ def index(session: Session, lease_s: float) -> dict[str, Any]:
 
 def workload(session: Session, key: str, scale: Scale = "linear") -> dict[str, Any]:
     # Anything else names no workload, and must not reach the database: PostgreSQL refuses a NUL
-    # in a text parameter (a 503 for a bad URL, found by the API fuzz test).
+    # in a text parameter (a 503 for a bad URL).
     row = store.find_workload(session, key=key) if _KEY.fullmatch(key) else None
     if row is None:
         raise NotFound(f"no workload {key!r}")

@@ -15,8 +15,8 @@ from tilewise.store import JobStatus
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
-# Ids are 64-bit integers in the database: a larger one was a 500 on SQLite (OverflowError) and a
-# 503 on PostgreSQL ("bigint out of range"), found by the API fuzz test. Now a 422 on the path.
+# Ids are 64-bit integers in the database: a larger one would be a 500 on SQLite (OverflowError)
+# and a 503 on PostgreSQL ("bigint out of range"): a 422 on the path instead.
 JobId = Annotated[int, Path(ge=1, le=2**63 - 1, description="The job's id.")]
 
 

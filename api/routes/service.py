@@ -30,8 +30,8 @@ def get_workers(
     settings: SettingsDep,
     alive_within: Annotated[
         float | None,
-        # Bounded: "now - alive_within" must stay a date (a huge value was a 500, found by the
-        # API fuzz test); ten years back already lists every worker ever seen.
+        # Bounded: "now - alive_within" must stay a date (a huge value would be a 500); ten
+        # years back already lists every worker ever seen.
         Query(
             gt=0, le=MAX_ALIVE_WITHIN_S, description="Only those heard from in the last N seconds."
         ),

@@ -16,6 +16,7 @@ result not kept.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from operator import itemgetter
@@ -133,6 +134,19 @@ class ReadMemo:
 # ids from being reused (a profile read from another ini is another target).
 _MEMOS: dict[tuple[int, str, int], tuple[object, object, Any]] = {}
 _MEMOS_LOCK = threading.Lock()
+
+
+def _renew_locks() -> None:
+    # A forked child copies the forking thread alone: a lock another thread held then would
+    # stay held in the child for ever (see tilewise.forks).
+    global _MEMOS_LOCK
+    _MEMOS_LOCK = threading.Lock()
+    for _, _, made in _MEMOS.values():
+        if isinstance(made, ReadMemo):
+            made._lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_renew_locks)
 
 
 def kept_of(owner: object, name: str, target: object, make: Callable[[], T]) -> T:

@@ -243,8 +243,9 @@ def test_no_help_text_holds_what_rich_would_take_for_markup() -> None:
         ["tune-set", str(Path(__file__).parents[2] / "examples" / "manifest.yaml")],
         ["db", "upgrade"],
         ["serve", "--workers", "0", "--port", "1"],
+        ["worker", "--exit-when-idle"],
     ],
-    ids=["tune", "tune-set", "db-upgrade", "serve"],
+    ids=["tune", "tune-set", "db-upgrade", "serve", "worker"],
 )
 def test_an_in_memory_database_is_refused_where_results_must_outlive_the_command(
     tmp_path: Path, args: list[str]

@@ -23,7 +23,7 @@ from tilewise import store as st
 from tilewise.errors import BackendError, InputError
 from tilewise.export import TableEntry, dump_document, table_document
 from tilewise.kernels.backends._cpu_twin import CpuTwinBackend
-from tilewise.kernels.ops import OpSpec, get_op, list_ops
+from tilewise.kernels.ops import OpSpec, _memo, get_op, list_ops
 from tilewise.kernels.targets import get_target
 from tilewise.launch import Ops, load_ops
 from tilewise.launch._host import Host
@@ -453,14 +453,16 @@ def test_a_forked_child_launches_on_a_pool_of_its_own(settings: Settings) -> Non
 
 @pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
 def test_a_forked_child_finds_the_locks_another_thread_held_free(settings: Settings) -> None:
-    # Another thread of the parent building a variant (the plan lock) or keeping an answer (the
-    # table's) when the fork came: in the child that lock was held for ever.
+    # Another thread of the parent building a variant (the plan lock), keeping an answer (the
+    # table's) or making an op's memo when the fork came: in the child that lock was held for
+    # ever.
     table = TilingTable([])
     ops = load_ops(table, settings=settings)
     spec = get_op("swiglu")
     inputs = inputs_for(spec, Shape({"T": 3, "I": 16}), "float32")
     want = spec.reference(inputs, Shape({"T": 3, "I": 16}), "float32")["out"]
-    held = [ops._lock, table._lock, table._miss_lock]
+    _memo._MEMOS.clear()  # the child makes the op's memos anew
+    held = [ops._lock, table._lock, table._miss_lock, _memo._MEMOS_LOCK]
     for lock in held:
         lock.acquire()
     try:

@@ -44,7 +44,7 @@ def main() -> None:
             sys.exit(2)  # `tilewise` alone: typer printed the help already
         # A malformed command line (an unknown command or option, a value of the wrong type, a
         # missing argument) is bad input like any other: one line and exit code 2, not click's
-        # usage block and framed message (found by the CLI fuzz test).
+        # usage block and framed message.
         ctx = getattr(exc, "ctx", None)
         hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
         err.print(f"error: {' '.join(exc.format_message().split())}{hint}", **ONE_LINE)

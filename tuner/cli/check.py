@@ -193,8 +193,7 @@ def _parse_tiling(text: str) -> dict[str, int]:
         ) from None
     except (ValueError, RecursionError) as exc:
         # json.loads refuses some text without a JSONDecodeError: an integer of thousands of
-        # digits (ValueError), deep nesting (RecursionError). Tracebacks before; found by the CLI
-        # fuzz test.
+        # digits (ValueError), deep nesting (RecursionError).
         raise InputError(f"--tiling is not JSON: {exc}") from None
     if not isinstance(value, dict):
         raise InputError("--tiling must be a JSON object of field: integer")

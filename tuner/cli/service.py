@@ -224,8 +224,8 @@ def worker(
     target: TargetOpt = "cpu-twin",
     device: Annotated[
         int | None,
-        # At most int32: the workers table stores it so; a larger one made every heartbeat
-        # fail on PostgreSQL while the worker ran on, unseen (found by the CLI fuzz test).
+        # At most int32: the workers table stores it so; a larger one would make every
+        # heartbeat fail on PostgreSQL while the worker ran on, unseen.
         typer.Option(min=0, max=2**31 - 1, help="Device (NPU) index this worker uses."),
     ] = None,
     db: DbOpt = None,
@@ -246,6 +246,7 @@ def worker(
     On SIGTERM or SIGINT the trial in flight completes, then the job is finished (budget
     spent) or handed back to the queue for another worker; the exit code is 0.
     """
+    from tilewise import store
     from tilewise.errors import TilewiseError
     from tilewise.worker import (
         Worker,
@@ -259,8 +260,10 @@ def worker(
     # signal that arrives meanwhile waits for stop_on_signals.
     block_stop_signals()
     try:
+        settings = settings_for(db)
+        store.check_persistent(settings.db_url)
         w = Worker(
-            settings=settings_for(db),
+            settings=settings,
             target=target,
             device=device,
             max_jobs=max_jobs,

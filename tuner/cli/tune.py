@@ -73,8 +73,8 @@ def tune(
             raise InputError(f"seconds must be a positive number, got {seconds}")
         check_seed(seed)
         if not predict:
-            # Checked before the database is opened: the Tuner met an unknown strategy only
-            # after creating it (found by the CLI fuzz test).
+            # Checked before the database is opened: the Tuner would meet an unknown strategy
+            # only after creating it.
             from tilewise.search._strategies import check_strategy
 
             check_strategy(strategy)

@@ -99,7 +99,8 @@ def tune_set(
         check_strategy(strategy)
         # A plan writes nothing: not even the SQLite file a tune would create (nothing in it
         # is tuned yet).
-        store.check_persistent(settings.db_url)
+        if not plan:  # a plan writes nothing
+            store.check_persistent(settings.db_url)
         fresh = plan and store.is_missing_file(settings.db_url)
         db_handle = None if fresh else store.open_store(settings.db_url)
     except TilewiseError as exc:

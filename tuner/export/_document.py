@@ -489,8 +489,8 @@ def _number(item: dict[str, Any], key: str, where: str, *, optional: bool = True
         return None
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise TableFormatError(f"{where}.{key}: expected a number, got {_short(value)}")
-    # Range first: math.isfinite raised OverflowError on an integer of hundreds of digits
-    # (found by the loader fuzz test); NaN and infinities fail the range anyway.
+    # Range first: math.isfinite raises OverflowError on an integer of hundreds of digits;
+    # NaN and infinities fail the range anyway.
     if not (0 < value <= MAX_LATENCY_US and math.isfinite(value)):
         raise TableFormatError(f"{where}.{key}: {_short(value)} is outside (0, {MAX_LATENCY_US:g}]")
     return float(value)

@@ -116,8 +116,8 @@ def finish(
     comparison is then made again with that winner among the contenders, up to
     :data:`FINISH_ATTEMPTS` times, after which its winner stays.
 
-    The best and the default as re-measured; (None, None) when nothing could be, or nothing
-    was stored.
+    The best and the default as re-measured (after the attempts, the winner the others stored
+    and no default); (None, None) when nothing could be measured.
 
     Raises:
         Stopped: ``should_stop`` said so before a measurement.
@@ -131,7 +131,11 @@ def finish(
     log.warning(
         "%s: other runs kept storing new winners while this one re-measured: theirs stays", name
     )
-    return None, None
+    with evaluator.db.session() as s:
+        stored = store.get_tiling(
+            s, workload_id=evaluator.workload_id, toolchain=evaluator.toolchain.id
+        )
+    return (None if stored is None else Measured(Tiling(stored.tiling), stored.latency_us)), None
 
 
 def _finish_once(

@@ -79,7 +79,7 @@ class ReplaySpace:
                 rows = list(csv.reader(f))
         except OSError as exc:
             raise InputError(f"replay: cannot read {self.path}: {exc.strerror}") from exc
-        except (UnicodeDecodeError, csv.Error) as exc:  # a traceback before (CLI fuzz test)
+        except (UnicodeDecodeError, csv.Error) as exc:  # not a CSV file of text
             raise InputError(f"replay: {self.path} is not a CSV text file: {exc}") from None
         if not rows or rows[0][-1:] != [TIME_COLUMN] or len(rows[0]) < 2:
             raise InputError(

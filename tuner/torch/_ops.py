@@ -2,8 +2,9 @@
 ``torch.library`` custom op, with a fake implementation for tracing.
 
 The schema comes from the spec: its inputs in GM order as tensors, its :attr:`~OpSpec.attributes`
-as keyword-only ints and its :attr:`~OpSpec.parameters` as keyword-only floats with their
-defaults, one tensor or a tuple of them out. One implementation serves every device
+as keyword-only ints and its :attr:`~OpSpec.parameters` as keyword-only floats (ints for an
+integer parameter: a seed) with their defaults, one tensor or a tuple of them out. One
+implementation serves every device
 and dispatches on the tensors' device type: CPU tensors go to :meth:`tilewise.launch.Ops.call`
 as numpy arrays sharing their memory (a tensor that is not contiguous is copied to one that is)
 and the arrays the launch wrote come back as tensors; NPU tensors (torch_npu) go to the Ascend

@@ -73,17 +73,17 @@ def current_ops(device: str = "cpu") -> Ops:
 
 
 def _default_ops() -> Ops:
-    """The Ops of the settings' database; of an empty table (default tilings), with a warning,
-    while that database is a SQLite file nothing has created yet: a model runs before any
-    tune, as it would without tilewise."""
+    """The Ops of the settings' database; of an empty table (default tilings, for the rest of
+    the process), with a warning, when that database is a SQLite file nothing has created
+    yet: a model runs before any tune, as it would without tilewise."""
     from tilewise.store import is_missing_file
 
     settings = get_settings()
     if not is_missing_file(settings.db_url):
         return load_ops(settings=settings)
     _log.warning(
-        "no tilings database yet (%s): the tilewise ops run their default tilings until "
-        "tilewise.torch.use_table(...) names a table or a tune creates the database",
+        "no tilings database yet (%s): the tilewise ops of this process run their default "
+        "tilings; after a tune, tilewise.torch.use_table() reads its database",
         settings.db_url,
     )
     return load_ops(TilingTable([]), settings=settings)

@@ -204,3 +204,26 @@ def test_a_default_kept_per_split_is_the_default_of_every_shape_that_shares_it(n
             for shape, answer in zip(shapes, answers, strict=True):
                 _memo._MEMOS.clear()
                 assert spec.default_tiling(shape, dtype, target) == answer, dict(shape)
+
+
+# Python 3.12+ warns of any fork in a process with threads (an earlier test's pool, say).
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+def test_a_forked_child_finds_a_memo_another_thread_was_keeping_into_free() -> None:
+    import os
+    import signal
+
+    memo = _memo.kept_of(object(), "fork", object(), lambda: ReadMemo(lambda t, s: t["a"] + s["x"]))
+    assert memo({"a": 1}, {"x": 2}) == 3
+    memo._lock.acquire()  # another thread keeping a result at the fork
+    try:
+        pid = os.fork()
+        if pid == 0:  # the child: a result not kept yet takes the lock
+            try:
+                signal.alarm(20)
+                os._exit(0 if memo({"a": 5}, {"x": 2}) == 7 else 3)
+            finally:
+                os._exit(4)
+    finally:
+        memo._lock.release()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0  # -14: SIGALRM, the child waited
