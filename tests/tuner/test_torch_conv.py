@@ -182,6 +182,20 @@ def test_folding_changes_neither_module_and_the_state_dict_is_a_conv_with_bias()
 
 
 @pytest.mark.slow
+def test_one_image_without_a_batch_dim_and_an_empty_batch_as_nn_conv2d(
+    ops: Ops, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    conv, bn, act = modules(3, 5, (3, 3), 2, 1, "relu")
+    fused = fuse_conv_bn_act(conv, bn, act)
+    plain = nn.Sequential(conv, bn, act).eval()
+    x = image(1, 3, 13, 11)
+    rtol, atol = CONV.tolerance("float32", shape_of(x, fused))
+    torch.testing.assert_close(fused(x[0]), plain(x)[0], rtol=rtol, atol=atol)
+    monkeypatch.setattr(ops, "call", lambda *a, **k: pytest.fail("launched an empty batch"))
+    empty = x[:0]
+    assert fused(empty).shape == conv(empty).shape == (0, 5, 7, 6)
+
+
 def test_gradients_match_torch_at_slope_0(ops: Ops) -> None:
     conv, bn, act = modules(3, 5, (3, 3), 2, 1, "relu")
     fused = fuse_conv_bn_act(conv, bn, act)
@@ -267,7 +281,7 @@ def test_an_image_that_does_not_fit_the_weight_is_an_input_error(ops: Ops) -> No
     with pytest.raises(InputError, match=r"w has C=3 .*, but x has C=4"):
         fused(image(2, 4, 9, 9))
     with pytest.raises(InputError, match="x must have 4 dimensions"):
-        fused(image(1, 3, 9, 9)[0])
+        fused(image(1, 3, 9, 9)[0, 0])  # one image takes 3 (C, H, W), a batch 4
 
 
 @pytest.mark.slow

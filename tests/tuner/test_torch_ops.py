@@ -5,6 +5,7 @@ dims, fake tensors, opcheck, and bad inputs."""
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -130,6 +131,23 @@ def test_float16_forward(ops: Ops, spec: OpSpec) -> None:
     arrays, tensors = tensors_for(spec, shape, "float16")
     got = run(spec, tensors, shape)
     assert_close(spec, shape, "float16", spec.reference(arrays, shape, "float16"), got, ())
+
+
+@pytest.mark.parametrize("spec", list_ops(), ids=lambda s: s.name)
+def test_meta_tensors_give_the_outputs_shapes_without_a_launch(
+    ops: Ops, spec: OpSpec, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A model built on the meta device (shapes only, as large models are before loading).
+    monkeypatch.setattr(ops, "call", lambda *a, **k: pytest.fail("launched"))
+    shape, lead = batched(spec, spec.example_shapes()[-1])
+    _, tensors = tensors_for(spec, shape, "float32", lead)
+    got = run(spec, {k: t.to("meta") for k, t in tensors.items()}, shape)
+    outputs = got if isinstance(got, tuple) else (got,)
+    wanted = spec.array_shapes(shape)
+    for name, out in zip([a.name for a in spec.gm_args(shape, "float32") if a.role == "out"],
+                         outputs, strict=True):  # fmt: skip
+        assert out.device.type == "meta" and out.dtype == torch.float32
+        assert out.numel() == math.prod(wanted[name]), name
 
 
 def test_scale_relu_dropout_takes_any_shape_as_a_flat_vector(ops: Ops) -> None:

@@ -69,10 +69,21 @@ class ConvBnAct(nn.Module):
         self.bias = cast(nn.Parameter, conv.bias)  # the kernel always adds one
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() == 3:  # one image without a batch dim, as nn.Conv2d takes it
+            one: torch.Tensor = self(x.unsqueeze(0))
+            return one.squeeze(0)
+        if x.dim() == 4 and x.shape[0] == 0:  # an empty batch: empty output, as nn.Conv2d
+            # The kernel takes no empty dim: one image's output shape, on the meta device.
+            image = torch.empty((1, *x.shape[1:]), dtype=x.dtype, device="meta")
+            shape = self._call(image, self.weight.to("meta"), self.bias.to("meta")).shape
+            return x.new_empty((0, *shape[1:]))
+        return self._call(x, self.weight, self.bias)
+
+    def _call(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
         out: torch.Tensor = torch.ops.tilewise.conv_bias_leakyrelu(
             x,
-            self.weight,
-            self.bias,
+            weight,
+            bias,
             stride=self.stride,
             pad=self.padding,
             negative_slope=self.negative_slope,

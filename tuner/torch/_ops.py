@@ -61,9 +61,11 @@ def schema(spec: OpSpec) -> str:
     return f"({', '.join(arguments)}) -> {returns}"
 
 
-def _bind(spec: OpSpec, tensors: Sequence[torch.Tensor]) -> dict[str, torch.Tensor]:
-    """The inputs by GM name, checked: on one device the kernels run on (the CPU, or an NPU),
-    one supported dtype for all.
+def _bind(
+    spec: OpSpec, tensors: Sequence[torch.Tensor], devices: tuple[str, ...] = DEVICE_TYPES
+) -> dict[str, torch.Tensor]:
+    """The inputs by GM name, checked: on one device the kernels run on (the CPU, or an NPU;
+    the shapes alone may be on any of ``devices``), one supported dtype for all.
 
     Raises:
         InputError: naming the first tensor that breaks a rule.
@@ -74,14 +76,14 @@ def _bind(spec: OpSpec, tensors: Sequence[torch.Tensor]) -> dict[str, torch.Tens
     lead = tensors[0]
     device, dtype = lead.device, lead.dtype
     if (
-        device.type in DEVICE_TYPES
+        device.type in devices
         and dtype in supported
         and all(t.device == device and t.dtype == dtype for t in tensors)
     ):
         return named
     first = ""
     for name, tensor in named.items():
-        if tensor.device.type not in DEVICE_TYPES:
+        if tensor.device.type not in devices:
             raise InputError(
                 f"{spec.name}: {name} is on {tensor.device}; the kernels run on CPU tensors "
                 "(the cpu-twin) and NPU tensors (torch_npu, an Ascend target)"
@@ -141,8 +143,13 @@ def _output_shapes(
     return {name: tuple(extents[d] for d in spec.layout[name]) for name in outputs}
 
 
+#: Where an op's outputs can be known without running it: its devices, and meta tensors (a
+#: model built on the meta device, shapes only).
+SHAPE_DEVICE_TYPES = (*DEVICE_TYPES, "meta")
+
+
 def _fake(spec: OpSpec, tensors: Sequence[torch.Tensor], keywords: Mapping[str, Any]) -> Result:
-    named = _bind(spec, tensors)
+    named = _bind(spec, tensors, SHAPE_DEVICE_TYPES)
     folded, lead = fold(spec, {name: tuple(t.shape) for name, t in named.items()})
     return _empty_outputs(spec, named, folded, lead, keywords)
 
