@@ -36,6 +36,16 @@ def _tuner(settings: Settings, db: store.Store, backend: FakeBackend) -> Tuner:
     )  # fmt: skip
 
 
+def _states(settings: Settings, tuner: Tuner) -> list[optuna.trial.TrialState]:
+    """The states of the trials of ``tuner``'s study, in order."""
+    storage = optuna.storages.RDBStorage(settings.db_url)
+    try:
+        study = optuna.load_study(study_name=tuner.workload.study_name, storage=storage)
+        return [t.state for t in study.get_trials(deepcopy=False)]
+    finally:
+        storage.engine.dispose()
+
+
 def test_a_run_that_fails_mid_evaluation_leaves_no_trial_running(tmp_path: Path) -> None:
     settings = Settings(db_url=f"sqlite:///{tmp_path / 'tw.db'}", cache_dir=tmp_path / "c")
     db = store.open_store(settings.db_url)
@@ -43,13 +53,7 @@ def test_a_run_that_fails_mid_evaluation_leaves_no_trial_running(tmp_path: Path)
         failing = _tuner(settings, db, NoDevice())
         with pytest.raises(BackendError):
             failing.run(Budget(3), seed=0)
-        storage = optuna.storages.RDBStorage(settings.db_url)
-        try:
-            study = optuna.load_study(study_name=failing.workload.study_name, storage=storage)
-            states = [t.state for t in study.get_trials(deepcopy=False)]
-        finally:
-            storage.engine.dispose()
-        assert optuna.trial.TrialState.RUNNING not in states
+        assert optuna.trial.TrialState.RUNNING not in _states(settings, failing)
         default = SPEC.default_tiling(SHAPE, "float32", twin_target())
 
         backend = FakeBackend()
@@ -103,12 +107,7 @@ def test_a_tune_killed_mid_evaluation_leaves_no_trial_running_for_the_next(
         searched = [r for r in records if r.source != "remeasure"]
         assert len(searched) == 3  # none beyond the budget
         assert (searched[0].source, Tiling(searched[0].tiling)) == ("default", default)
-        storage = optuna.storages.RDBStorage(settings.db_url)
-        try:
-            study = optuna.load_study(study_name=first.workload.study_name, storage=storage)
-            states = [t.state for t in study.get_trials(deepcopy=False)]
-        finally:
-            storage.engine.dispose()
+        states = _states(settings, first)
         assert optuna.trial.TrialState.RUNNING not in states
         assert states[0] == optuna.trial.TrialState.FAIL
     finally:
