@@ -46,6 +46,16 @@ def _cache_home() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tilewise"
 
 
+def expand_db_url(url: str) -> str:
+    """``url`` with a SQLite file under ``~`` in the home directory, as every other path
+    setting (SQLite and Optuna would open a directory named "~")."""
+    prefix = "sqlite:///"
+    if not url.startswith(prefix + "~"):
+        return url
+    path, sep, query = url.removeprefix(prefix).partition("?")
+    return f"{prefix}{Path(path).expanduser()}{sep}{query}"
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TILEWISE_", env_file=".env", extra="ignore")
 
@@ -163,6 +173,11 @@ class Settings(BaseSettings):
         "shares a study must reach it: one host, or a file system they all mount, such as "
         "NFS. Unset: the studies are in the database.",
     )
+
+    @field_validator("db_url")
+    @classmethod
+    def _expand_home(cls, value: str) -> str:
+        return expand_db_url(value)
 
     @field_validator("cache_dir", "study_journal_dir")
     @classmethod

@@ -256,3 +256,21 @@ def test_an_in_memory_database_is_refused_where_results_must_outlive_the_command
         "error: database sqlite:// is an in-memory SQLite database, gone when this command "
         "ends: name a file (sqlite:///path/to/tilewise.db) or a server"
     )
+
+
+def test_a_sqlite_file_under_the_home_directory_is_found_there(tmp_path: Path) -> None:
+    args = ("tune", "scale_relu_dropout", "--shape", "N=4096", "--budget", "1")
+    done = tilewise(*args, tmp_path=tmp_path, db="sqlite:///~/tuned/tw.db")  # HOME=tmp_path
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "tuned" / "tw.db").is_file()
+    shown = tilewise("show", "scale_relu_dropout", "--shape", "N=4096",
+                     tmp_path=tmp_path, db="sqlite:///~/tuned/tw.db")  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+
+
+@pytest.mark.parametrize("command", ["show", "tune"])
+def test_a_directory_named_as_the_database_file_is_named_so(tmp_path: Path, command: str) -> None:
+    args = (command, "scale_relu_dropout", "--shape", "N=4096")
+    done = tilewise(*args, tmp_path=tmp_path, db=f"sqlite:///{tmp_path}")
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines()[-1].endswith(f"({tmp_path} is a directory)")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tilewise.errors import ConfigError
-from tilewise.settings import get_settings
+from tilewise.settings import Settings, get_settings
 
 
 @pytest.fixture(autouse=True)
@@ -81,3 +81,14 @@ def test_a_near_miss_variable_is_named_with_the_setting_it_meant(
         "TILEWISE_SOMETHING_ELSE is not a tilewise setting and is ignored",
         "tilewise_repeat is not a tilewise setting and is ignored (did you mean TILEWISE_REPEATS?)",
     ]
+
+
+def test_a_sqlite_file_in_the_home_directory_is_expanded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert Settings(db_url="sqlite:///~/t/w.db").db_url == f"sqlite:///{tmp_path}/t/w.db"
+    assert Settings(db_url="sqlite:///~/w.db?timeout=5").db_url == (
+        f"sqlite:///{tmp_path}/w.db?timeout=5"
+    )
+    assert Settings(db_url="sqlite:////abs/w.db").db_url == "sqlite:////abs/w.db"

@@ -21,7 +21,7 @@ from typer.models import CommandFunctionType
 
 from tilewise import __version__
 from tilewise.errors import InputError
-from tilewise.settings import Settings, get_settings
+from tilewise.settings import Settings, expand_db_url, get_settings
 
 if TYPE_CHECKING:  # the kernels (numpy) are imported when a command runs, not at start-up
     from tilewise.kernels.request import WorkloadRequest
@@ -147,7 +147,9 @@ def settings_for(db: str | None) -> Settings:
     """The settings, with ``--db`` when given. An empty ``--db`` (say "$DB_URL" unset) is a bad
     URL, not the default database."""
     settings = get_settings()
-    return settings.model_copy(update={"db_url": db}) if db is not None else settings
+    if db is None:
+        return settings
+    return settings.model_copy(update={"db_url": expand_db_url(db)})  # copies skip validators
 
 
 def workload_request(

@@ -6,6 +6,7 @@ the URL in every message has its password masked.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import time
 import urllib.parse
@@ -199,6 +200,22 @@ def optuna_engine_kwargs(url: str | URL) -> dict[str, Any]:
     return {"pool_pre_ping": True}
 
 
+def _unopenable(path: Path) -> str:
+    """Why SQLite could not open the file ``path``, as far as the file system tells."""
+    if path.is_dir():
+        return f"{path} is a directory"
+    folder = path.parent
+    if not folder.is_dir():
+        return f"no directory {folder}"
+    if not os.access(folder, os.W_OK):
+        # WAL mode writes its -wal and -shm files beside the database, even to read it.
+        return (
+            f"the directory {folder} is not writable by this user (or is on a read-only "
+            "file system)"
+        )
+    return f"check the file {path} and its permissions"
+
+
 def _translate(exc: DBAPIError, engine: Engine) -> StoreError:
     reason = str(exc.orig).strip() or type(exc.orig).__name__
     where = safe_url(engine.url)
@@ -214,6 +231,9 @@ def _translate(exc: DBAPIError, engine: Engine) -> StoreError:
                 f"database {where} stayed locked by another process for "
                 f"{SQLITE_BUSY_TIMEOUT_S:g} s: {reason}"
             )
+        path = _sqlite_file(engine.url)
+        if "unable to open" in reason and path is not None:
+            return StoreError(f"cannot open database {where}: {reason} ({_unopenable(path)})")
     if exc.connection_invalidated or isinstance(exc, sa.exc.OperationalError):
         return StoreError(f"cannot reach database {where}: {reason}")
     return StoreError(f"database {safe_url(engine.url)} refused an operation: {reason}")
