@@ -274,3 +274,24 @@ def test_a_directory_named_as_the_database_file_is_named_so(tmp_path: Path, comm
     done = tilewise(*args, tmp_path=tmp_path, db=f"sqlite:///{tmp_path}")
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip().splitlines()[-1].endswith(f"({tmp_path} is a directory)")
+
+
+def test_tune_adds_no_tables_to_another_programs_sqlite_file(tmp_path: Path) -> None:
+    import sqlite3
+
+    other = tmp_path / "app.db"
+    with sqlite3.connect(other) as conn:
+        conn.execute("CREATE TABLE invoices (id INTEGER)")
+    url = f"sqlite:///{other}"
+    done = tilewise("tune", "scale_relu_dropout", "--shape", "N=4096", "--budget", "1",
+                    tmp_path=tmp_path, db=url)  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert "holds tables of other software (invoices) and no tilewise schema" in done.stderr
+    with sqlite3.connect(other) as conn:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    assert tables == {"invoices"}
+    upgraded = tilewise("db", "upgrade", tmp_path=tmp_path, db=url)  # on purpose
+    assert upgraded.returncode == 0, upgraded.stderr
+    again = tilewise("tune", "scale_relu_dropout", "--shape", "N=4096", "--budget", "1",
+                     tmp_path=tmp_path, db=url)  # fmt: skip
+    assert again.returncode == 0, again.stderr

@@ -200,6 +200,38 @@ def optuna_engine_kwargs(url: str | URL) -> dict[str, Any]:
     return {"pool_pre_ping": True}
 
 
+#: The tables of Optuna's database storage (its schema, and its own Alembic's), which may share
+#: a file with tilewise's.
+_OPTUNA_TABLES = frozenset(
+    {
+        "alembic_version", "studies", "study_directions", "study_system_attributes",
+        "study_user_attributes", "trial_heartbeats", "trial_intermediate_values", "trial_params",
+        "trial_system_attributes", "trial_user_attributes", "trial_values", "trials",
+        "version_info",
+    }
+)  # fmt: skip
+
+
+def _refuse_foreign_sqlite(engine: Engine, path: Path | None) -> None:
+    """Refuse to add tilewise's schema to a SQLite file that holds another program's tables
+    (a ``--db`` pointing at the wrong file): ``tilewise db upgrade`` adds it on purpose. A
+    server database is shared by design and left alone."""
+    if path is None:
+        return
+    with engine.connect() as connection:
+        tables = set(sa.inspect(connection).get_table_names())
+    # tilewise's own: another process may be creating them now (a first use of the file).
+    ours = TABLE_NAMES | {VERSION_TABLE}
+    foreign = sorted(t for t in tables - _OPTUNA_TABLES - ours if not t.startswith("sqlite_"))
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
+        raise SchemaError(
+            f"database {safe_url(engine.url)} holds tables of other software ({shown}) and no "
+            f"tilewise schema: name another file, or add the schema on purpose with "
+            f"{_upgrade_command(engine.url)}"
+        )
+
+
 def _unopenable(path: Path) -> str:
     """Why SQLite could not open the file ``path``, as far as the file system tells."""
     if path.is_dir():
@@ -437,6 +469,7 @@ def open_store(url: str | URL, *, create: bool = True, echo: bool = False) -> St
                     f"database {safe_url(parsed)} has no tilewise schema:"
                     f" run {_upgrade_command(parsed)}"
                 )
+            _refuse_foreign_sqlite(engine, path)
             migrate_engine(engine)
             # Another process may have migrated concurrently: make sure we agree on the result.
             check_schema(engine)
