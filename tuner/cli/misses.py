@@ -45,7 +45,12 @@ def misses(
     min_count: Annotated[
         int, typer.Option("--min-count", min=1, help="Only shapes asked this often.")
     ] = 1,
-    limit: Annotated[int, typer.Option("--limit", min=1, max=100_000)] = 1000,
+    limit: Annotated[
+        int,
+        typer.Option(
+            "--limit", min=1, max=100_000, help="At most this many shapes, most asked first."
+        ),
+    ] = 1000,
     fmt: Annotated[str, typer.Option("--format", help="table, json or manifest.")] = "table",
     output: Annotated[
         str | None, typer.Option("--output", "-o", help="The manifest's file (.yaml or .json).")
