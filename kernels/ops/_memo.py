@@ -16,12 +16,13 @@ result not kept.
 
 from __future__ import annotations
 
-import os
+import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from operator import itemgetter
 from typing import Any, TypeVar
 
+from tilewise.forks import renew_in_child
 from tilewise.types import Shape, Tiling
 
 __all__ = ["ReadMemo", "kept_of", "memo_of"]
@@ -79,13 +80,14 @@ def _plain(values: Mapping[str, int]) -> Mapping[str, int]:
 class ReadMemo:
     """The results of ``fn(tiling, shape)``, a pure function of the values it reads."""
 
-    __slots__ = ("_fn", "_lock", "_plain_only", "_plans")
+    __slots__ = ("__weakref__", "_fn", "_lock", "_plain_only", "_plans")
 
     def __init__(self, fn: Callable[[Mapping[str, int], Mapping[str, int]], Any]) -> None:
         self._fn = fn
         # (tiling keys, shape keys, their getters, results by values), in the order found.
         self._plans: list[tuple[tuple[str, ...], tuple[str, ...], Any, Any, dict[Any, Any]]] = []
         self._lock = threading.Lock()
+        renew_in_child(self, "_lock")
         self._plain_only = False
 
     def __call__(self, tiling: Mapping[str, int], shape: Mapping[str, int]) -> Any:
@@ -134,19 +136,7 @@ class ReadMemo:
 # ids from being reused (a profile read from another ini is another target).
 _MEMOS: dict[tuple[int, str, int], tuple[object, object, Any]] = {}
 _MEMOS_LOCK = threading.Lock()
-
-
-def _renew_locks() -> None:
-    # A forked child copies the forking thread alone: a lock another thread held then would
-    # stay held in the child for ever (see tilewise.forks).
-    global _MEMOS_LOCK
-    _MEMOS_LOCK = threading.Lock()
-    for _, _, made in _MEMOS.values():
-        if isinstance(made, ReadMemo):
-            made._lock = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_renew_locks)
+renew_in_child(sys.modules[__name__], "_MEMOS_LOCK")
 
 
 def kept_of(owner: object, name: str, target: object, make: Callable[[], T]) -> T:

@@ -99,7 +99,7 @@ def tune_set(
         check_strategy(strategy)
         # A plan writes nothing: not even the SQLite file a tune would create (nothing in it
         # is tuned yet).
-        if not plan:  # a plan writes nothing
+        if not plan:
             store.check_persistent(settings.db_url)
         fresh = plan and store.is_missing_file(settings.db_url)
         db_handle = None if fresh else store.open_store(settings.db_url)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import atexit
 import ctypes
 import os
+import sys
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -23,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from tilewise.errors import BackendError
+from tilewise.forks import renew_in_child
 from tilewise.kernels.backends._cpu_twin import CpuTwinBackend
 
 #: The TW_ABI_VERSION of twin_abi.h that the structs below mirror: a variant of another is refused.
@@ -185,14 +187,7 @@ class Host:
 
 _HOST: Host | None = None
 _HOST_LOCK = threading.Lock()
-
-
-def _new_host_lock() -> None:
-    global _HOST_LOCK
-    _HOST_LOCK = threading.Lock()  # it may have been held by another thread of the parent
-
-
-os.register_at_fork(after_in_child=_new_host_lock)
+renew_in_child(sys.modules[__name__], "_HOST_LOCK")
 
 
 def shared_host(backend: CpuTwinBackend) -> Host:
