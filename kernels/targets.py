@@ -45,6 +45,12 @@ class TargetProfile:
     ddr_rate: int  # bytes per cycle per core (CANN ini [AICoreMemoryRates] ddr_rate)
     source: str = "built-in"  # or the ini path it was read from
 
+    @property
+    def vector_per_cube(self) -> int:
+        """Vector cores per cube core: the vector blocks one AI core of a MIX launch runs (2 on
+        a 910B, whose cube and vector cores are separate; 1 where they are coupled)."""
+        return max(1, self.vector_cores // self.cube_cores)
+
     def ub_usable(self, *, mix: bool = False) -> int:
         """UB bytes a kernel's TPipe may allocate."""
         return self.ub - UB_RESERVED - (UB_MIX_RESERVED if mix else 0)

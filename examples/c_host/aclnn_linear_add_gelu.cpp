@@ -131,7 +131,7 @@ aclnnStatus aclnnLinearAddGeluGetWorkspaceSize(const aclTensor* x, const aclTens
     if (exec == nullptr) return Fail(ACLNN_ERR_RUNTIME_ERROR, "out of host memory");
     exec->plan.decision = decision;
     exec->plan.tiling = lag_host::FillTilingData(decision.tunables, m, n, k);
-    exec->plan.blockDim = lag_host::BlockDim(decision.tunables, m, n);
+    exec->plan.blockDim = lag_host::BlockDim(decision.tunables, m, n, platform);
     exec->gm[0] = static_cast<uint8_t*>(x->data);
     exec->gm[1] = static_cast<uint8_t*>(w->data);
     exec->gm[2] = static_cast<uint8_t*>(bias->data);
@@ -161,9 +161,9 @@ aclnnStatus aclnnLinearAddGelu(void* workspace, uint64_t workspaceSize, aclOpExe
     {
         std::lock_guard<std::mutex> lock(launches);
         TwHost host{&twin_host::ThreadPool::ParallelFor, &Pool()};
-        // The twin runs vector blocks: two per cube core of the MIX launch, as the device does.
+        // The twin runs vector blocks: those of each AI core of the MIX launch, as the device does.
         error = tw_run(executor->gm, 5, &executor->plan.tiling, uint32_t(sizeof(executor->plan.tiling)),
-                       2 * executor->plan.blockDim, &limits, &host);
+                       lag_host::VectorBlocksPerCore(p) * executor->plan.blockDim, &limits, &host);
     }
     delete executor;  // an aclnn executor serves one launch
     if (error != nullptr) return Fail(ACLNN_ERR_RUNTIME_ERROR, std::string("kernel failed: ") + error);

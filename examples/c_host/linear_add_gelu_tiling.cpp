@@ -25,7 +25,7 @@ constexpr int64_t kUbMixReserved = 256;
 
 constexpr int32_t kBaseMN[] = {16, 32, 48, 64, 96, 128, 192, 256};
 constexpr int32_t kBaseK[] = {8, 16, 32, 64, 128, 256};
-constexpr int32_t kCoreSplits[] = {1, 2, 3, 4, 6, 8, 12, 16, 24};
+constexpr int32_t kCoreSplits[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48};
 constexpr int32_t kEpiRows[] = {256, 128, 64, 32, 16, 8, 4, 2, 1};  // largest first
 constexpr int32_t kDbL0AB = 2;                                        // as the vendor tiling sets it
 
@@ -68,9 +68,9 @@ std::string Str(int64_t v) { return std::to_string(v); }
 
 Platform TwinPlatform()
 {
-    // Ascend910B1 (CANN platform_config/Ascend910B1.ini): 24 cube cores, UB 192 KiB,
-    // L1 512 KiB, L0A and L0B 64 KiB, L0C 128 KiB.
-    return Platform{24, 192 * kKiB - kUbReserved - kUbMixReserved, 512 * kKiB, 64 * kKiB, 64 * kKiB, 128 * kKiB};
+    // Ascend910B1 (CANN platform_config/Ascend910B1.ini): 24 cube and 48 vector cores, UB
+    // 192 KiB, L1 512 KiB, L0A and L0B 64 KiB, L0C 128 KiB.
+    return Platform{24, 48, 192 * kKiB - kUbReserved - kUbMixReserved, 512 * kKiB, 64 * kKiB, 64 * kKiB, 128 * kKiB};
 }
 
 const char* SourceName(TilingSource source)
@@ -89,9 +89,15 @@ uint32_t Tiles(const Tunables& t, int64_t m, int64_t n)
     return static_cast<uint32_t>(CeilDiv(m, t.singleCoreM) * CeilDiv(n, t.singleCoreN));
 }
 
-uint32_t BlockDim(const Tunables& t, int64_t m, int64_t n)
+uint32_t VectorBlocksPerCore(const Platform& platform)
 {
-    return (Tiles(t, m, n) + 1) / 2;
+    return static_cast<uint32_t>(std::max<int64_t>(1, platform.vectorCores / platform.cubeCores));
+}
+
+uint32_t BlockDim(const Tunables& t, int64_t m, int64_t n, const Platform& platform)
+{
+    const uint32_t ratio = VectorBlocksPerCore(platform);
+    return (Tiles(t, m, n) + ratio - 1) / ratio;
 }
 
 std::string CheckTiling(const Tunables& t, int64_t m, int64_t n, int64_t k, int64_t dtypeBytes,
@@ -119,8 +125,10 @@ std::string CheckTiling(const Tunables& t, int64_t m, int64_t n, int64_t k, int6
     if (bk > RoundUp(k, c0)) Add(reasons, "baseK " + Str(bk) + " larger than K=" + Str(k));
     if (t.epiRows > bm) Add(reasons, "epiRows " + Str(t.epiRows) + " exceeds baseM " + Str(bm));
     const int64_t used = CeilDiv(m, t.singleCoreM) * CeilDiv(n, t.singleCoreN);
-    if (used > platform.cubeCores) {
-        Add(reasons, "core split needs " + Str(used) + " cores, target has " + Str(platform.cubeCores));
+    // A tile per vector core: the Matmul API runs from a MIX launch's vector blocks.
+    if (used > platform.vectorCores) {
+        Add(reasons, "core split needs " + Str(used) + " tiles, target has " + Str(platform.vectorCores) +
+                         " vector cores");
     }
     // What the kernel's Init and its Matmul object allocate (LinearAddGelu.buffers).
     int64_t ub = Align32(bm * bn * 4) + Align32(bn * 4) + 2 * Align32(t.epiRows * bn * dtypeBytes);
@@ -148,14 +156,14 @@ std::string CheckTiling(const Tunables& t, int64_t m, int64_t n, int64_t k, int6
 
 Tunables DefaultTiling(int64_t m, int64_t n, int64_t k, int64_t dtypeBytes, const Platform& platform)
 {
-    // The core split MultiCoreMatmulTiling would pick: the most cores, then the least work per
-    // core, then the squarest block.
+    // The core split MultiCoreMatmulTiling would pick (its SetDim counting the vector cores): the
+    // most tiles, then the least work per tile, then the squarest block.
     int64_t sm = 0, sn = 0, bestUsed = 0, bestArea = 0;
-    for (int64_t cm : SingleCoreExtents(m, platform.cubeCores)) {
-        for (int64_t cn : SingleCoreExtents(n, platform.cubeCores)) {
+    for (int64_t cm : SingleCoreExtents(m, platform.vectorCores)) {
+        for (int64_t cn : SingleCoreExtents(n, platform.vectorCores)) {
             const int64_t used = CeilDiv(m, cm) * CeilDiv(n, cn);
             const int64_t area = cm * cn + (cm > cn ? cm - cn : cn - cm);
-            if (used > platform.cubeCores) continue;
+            if (used > platform.vectorCores) continue;
             if (sm == 0 || used > bestUsed || (used == bestUsed && area < bestArea)) {
                 sm = cm, sn = cn, bestUsed = used, bestArea = area;
             }

@@ -38,11 +38,11 @@ struct LinearAddGeluTilingData {
 };
 static_assert(sizeof(LinearAddGeluTilingData) == 204, "LinearAddGeluTiling is 51 int32 fields");
 
-// Per-core sizes and core count of the platform the kernel runs on: what PlatformAscendC's
-// GetCoreNumAic and GetCoreMemSize report. The CPU twin keeps Ascend910B1's (tilewise's
-// cpu-twin target, unless TILEWISE_TWIN_PROFILE names another profile).
+// Per-core sizes and core counts of the platform the kernel runs on: what PlatformAscendC's
+// GetCoreNumAic, GetCoreNumAiv and GetCoreMemSize report. The CPU twin keeps Ascend910B1's
+// (tilewise's cpu-twin target, unless TILEWISE_TWIN_PROFILE names another profile).
 struct Platform {
-    int64_t cubeCores;
+    int64_t cubeCores, vectorCores;
     int64_t ub;  // usable by a MIX kernel's TPipe: 8 KiB for API temporaries and 256 B less
     int64_t l1, l0a, l0b, l0c;
 };
@@ -84,8 +84,11 @@ LinearAddGeluTilingData FillTilingData(const Tunables& t, int64_t m, int64_t n, 
 // The kernel's tiles (usedCoreNum): one singleCoreM x singleCoreN tile of out per vector block.
 uint32_t Tiles(const Tunables& t, int64_t m, int64_t n);
 
-// The launch's blockDim: the kernel is MIX (1 cube : 2 vector cores), launched on cube cores
-// that each run two vector blocks (GetBlockIdx over [0, 2 * blockDim)), one tile each.
-uint32_t BlockDim(const Tunables& t, int64_t m, int64_t n);
+// The launch's blockDim: the kernel is MIX, launched on AI cores that each run a cube core's
+// vector blocks (two on a 910B: GetBlockIdx over [0, 2 * blockDim)), one tile each.
+uint32_t BlockDim(const Tunables& t, int64_t m, int64_t n, const Platform& platform);
+
+// Vector blocks per AI core of a MIX launch (2 on a 910B).
+uint32_t VectorBlocksPerCore(const Platform& platform);
 
 }  // namespace lag_host

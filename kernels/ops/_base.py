@@ -424,12 +424,14 @@ class OpSpec(ABC):
         """How many blocks of the kernel run, each its ``GetBlockIdx()``: vector blocks for a
         kernel of vector and cube work (:attr:`mix`). The twin launches as many."""
 
-    def launch_blocks(self, blocks: int) -> int:
-        """The ``blockDim`` an NPU launch of ``blocks`` (:meth:`block_dim`) takes: a MIX kernel
-        (``KERNEL_TYPE_MIX_AIC_1_2``) is launched on cube cores, each running two vector
-        blocks, whose indices run over ``[0, 2 * blockDim)``; with an odd count the last
-        vector block has no tile and returns at once."""
-        return (blocks + 1) // 2 if self.mix else blocks
+    def launch_blocks(self, blocks: int, target: TargetProfile) -> int:
+        """The ``blockDim`` an NPU launch of ``blocks`` (:meth:`block_dim`) takes on
+        ``target``: a MIX kernel (``KERNEL_TYPE_MIX_AIC_1_2``) is launched on AI cores, each a
+        cube core and its vector cores (two on a 910B, one on a 310P), whose vector blocks'
+        indices run over ``[0, ratio * blockDim)``; where the count is not a multiple of the
+        ratio, the last vector blocks have no tile and return at once."""
+        ratio = target.vector_per_cube if self.mix else 1
+        return -(-blocks // ratio)
 
     def pack_tiling(
         self,

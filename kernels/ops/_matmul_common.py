@@ -29,7 +29,7 @@ from tilewise.types import DTYPE_BYTES, Shape, Tiling
 
 BASE_MN = (16, 32, 48, 64, 96, 128, 192, 256)
 BASE_K = (8, 16, 32, 64, 128, 256)
-CORE_SPLITS = (1, 2, 3, 4, 6, 8, 12, 16, 24)
+CORE_SPLITS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48)
 #: The base block (baseM, baseN, baseK) the vendor's tiling starts from.
 VENDOR_BASE = (128, 256, 64)
 _SPLITS_DOWN = tuple(sorted(CORE_SPLITS, reverse=True))
@@ -125,6 +125,13 @@ def cube_tunables(dtype: str, *, m: Bound, n: Bound, k: tuple[str, ...]) -> tupl
         Tunable("iterateOrder", (0, 1), "0: walk M first, 1: walk N first"),
         Tunable("epiRows", EPI_ROWS, "C rows per epilogue pass", carry=cap(Bound("baseM"))),
     )
+
+
+def mix_cores(tiles: int, target: TargetProfile) -> tuple[int, int]:
+    """BlockWork's ``cores`` and ``cube_share`` for a MIX launch of ``tiles`` (a tile per vector
+    block): the tiles run at once on the vector cores, and each AI core's cube serves its vector
+    blocks in turn (two tiles on a 910B, one where there is a single tile)."""
+    return target.vector_cores, min(tiles, target.vector_per_cube)
 
 
 def split_tunable(name: str, extent: tuple[str, ...], size: int, cores: int, doc: str) -> Tunable:
@@ -284,7 +291,7 @@ def default_matmul(
     alone. A split met first costs a copy of the tiling's other fields, which default_base
     reads of the split only capped at the vendor's base block (:func:`_template`)."""
     m, n, k = shape[dims[0]], shape[dims[1]], shape[dims[2]]
-    sm, sn = default_split(m, n, target.cube_cores)
+    sm, sn = default_split(m, n, target.vector_cores)
     granule = c0(dtype)
     key = (sm, sn, min(VENDOR_BASE[2], -(-k // granule) * granule))
     kept: dict[tuple[int, int, int], Tiling] = kept_of(spec, f"{dtype} defaults", target, dict)

@@ -188,7 +188,9 @@ class BlockWork:
     ``stages`` is how many CopyIn/Compute/CopyOut (or Iterate/epilogue) rounds the block runs;
     with ``overlapped`` (double buffering) the pipes work on different rounds at once.
     ``vector_calls`` counts vector instructions issued: each has a fixed issue cost, which is
-    what makes tiny tiles slow even when the bytes are the same.
+    what makes tiny tiles slow even when the bytes are the same. ``cube_share`` is how many
+    blocks one cube core serves in turn: a MIX launch's vector blocks of one AI core (two on a
+    910B) each drive its cube.
     """
 
     blocks: int  # blocks launched (waves = ceil(blocks / cores))
@@ -199,6 +201,7 @@ class BlockWork:
     vector_calls: float
     stages: int
     overlapped: bool
+    cube_share: int = 1
 
 
 @dataclass(frozen=True)

@@ -163,7 +163,9 @@ def _assert_struct_is_the_specs(answer: dict[str, Any]) -> Tiling:
     twin = TWIN
     expected = [(f.name, f.value) for f in SPEC.tiling_struct(tiling, shape, DTYPE, twin)]
     assert list(answer["tiling_struct"].items()) == expected
-    assert answer["block_dim"] == SPEC.launch_blocks(SPEC.block_dim(tiling, shape, DTYPE, twin))
+    assert answer["block_dim"] == SPEC.launch_blocks(
+        SPEC.block_dim(tiling, shape, DTYPE, twin), twin
+    )
     [workspace] = [a for a in SPEC.gm_args(shape, DTYPE) if a.role == "workspace"]
     assert answer["workspace_bytes"] == workspace.nbytes
     assert SPEC.check(tiling, shape, DTYPE, twin).valid

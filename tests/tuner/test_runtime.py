@@ -150,16 +150,16 @@ def test_nearest_answer_is_valid_for_the_asked_shape(table: TilingTable) -> None
 
 def test_nearest_carries_the_core_split_over(table: TilingTable) -> None:
     # M=200 is nearer to 128 (log2 distance 0.64) than to 1024 (2.36). The tiling tuned for
-    # M=128 splits M in 8 blocks of 16 rows; copied, 13 × 3 blocks would need 39 cores (the
-    # target has 24); carried, M=200 is cut in 8 pieces again, of 32 rows (7 × 3 blocks).
+    # M=128 splits M in 3 pieces of 48 rows and N in 16; copied, 5 × 16 tiles would need 80
+    # vector cores (the target has 48); carried, M=200 is cut in 3 pieces again, of 80 rows.
     asked = Shape(lag(200))
     closer = Tiling(winner(LAG.name, lag(128)))
-    assert closer["singleCoreM"] == 16
+    assert closer["singleCoreM"] == 48
     assert not LAG.check(closer, asked, "float32", TWIN).valid
     answer = ask(table, lag(200))
     assert (answer.source, answer.rule) == ("nearest", "carried")
     assert answer.workload is not None and answer.workload.shape == Shape(lag(128))
-    assert answer.tiling == closer.replace(singleCoreM=32)
+    assert answer.tiling == closer.replace(singleCoreM=80)
     assert LAG.check(answer.tiling, asked, "float32", TWIN).valid
 
 
@@ -399,7 +399,7 @@ def test_a_version_1_table_loads_and_carries_as_version_2_does(tmp_path: Path) -
     assert [ask_ln(old, h).source for h in (4096, 12000)] == ["exact", "nearest"]
     # Version 2 keeps what it was given: its entries hold the relative forms.
     [first, *_], _ = parse_table(dump_document(v2))
-    assert first.relative is not None and first.relative["singleCoreM"] == 8  # 128 in 8 pieces
+    assert first.relative is not None and first.relative["singleCoreM"] == 3  # 128 in 3 pieces
 
 
 def test_empty_document_round_trip(tmp_path: Path) -> None:

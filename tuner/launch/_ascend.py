@@ -176,7 +176,7 @@ class AscendDevice(Device):
         return AscendLaunch(
             variant=variant,
             packed=packed,
-            block_dim=spec.launch_blocks(block_dim),  # cube cores for a MIX kernel
+            block_dim=spec.launch_blocks(block_dim, self.target),  # AI cores for a MIX kernel
             sizes=tuple(a.nbytes for a in args),
             sys_workspace=sys_workspace_bytes(spec),
             device=self.device,

@@ -385,7 +385,7 @@ class AscendBackend(Backend):
             return runner_command(
                 build.artifact or Path(),
                 device=self.device,
-                block_dim=spec.launch_blocks(spec.block_dim(tiling, shape, dtype, target)),
+                block_dim=spec.launch_blocks(spec.block_dim(tiling, shape, dtype, target), target),
                 tiling=spec.pack_tiling(tiling, shape, dtype, target),
                 check=checked,
                 warmup=warmup,

@@ -3,7 +3,8 @@
 From an op's :class:`~tilewise.kernels.ops.BlockWork` and a target profile:
 
 * MTE (GM <-> UB/L1): ``gm_bytes / ddr_rate`` cycles (the ini's bytes per cycle per core);
-* cube: ``cube_macs / 16³`` cycles (a 16×16×16 MAC per cycle), four times that for fp32;
+* cube: ``cube_macs / 16³`` cycles (a 16×16×16 MAC per cycle), four times that for fp32, times
+  the blocks that share one cube core (a MIX launch's vector blocks of one AI core);
 * vector: ``vector_bytes / 256`` cycles (one 256-byte repeat per cycle) plus a fixed issue
   cost per vector instruction;
 * overlap: double buffering lets the pipes run on different stages, so a block costs its
@@ -61,6 +62,7 @@ def predict(
     cycles_per_us = target.freq_mhz
     mte = work.gm_bytes / target.ddr_rate
     cube = work.cube_macs / CUBE_MACS_PER_CYCLE * (FP32_CUBE_SLOWDOWN if dtype == "float32" else 1)
+    cube *= work.cube_share
     vector = work.vector_bytes / VECTOR_BYTES_PER_CYCLE + work.vector_calls * VECTOR_ISSUE_CYCLES
     pipes = {"memory": mte, "cube": cube, "vector": vector}
     slowest = max(pipes, key=lambda k: pipes[k])

@@ -166,7 +166,7 @@ class ConvBiasLeakyRelu(OpSpec):
                 "singleCoreN",
                 pixels,
                 self._pixels(shape),
-                target.cube_cores,
+                target.vector_cores,  # a tile per vector core (see linear_add_gelu)
                 "output pixels per core",
             ),
             Tunable(
@@ -206,8 +206,10 @@ class ConvBiasLeakyRelu(OpSpec):
             tiling, dtype, single_m=shape["K"], single_n=sn, k=self._crs(shape)
         )
         used = self.used_cores(tiling, shape)
-        if used > target.cube_cores:
-            reasons.append(f"core split needs {used} cores, target has {target.cube_cores}")
+        if used > target.vector_cores:
+            reasons.append(
+                f"core split needs {used} tiles, target has {target.vector_cores} vector cores"
+            )
         if used * sn > self._max_cols(shape):
             reasons.append(f"singleCoreN {sn} needs more col workspace than gm_args reserves")
         if sn % 16:
@@ -225,8 +227,8 @@ class ConvBiasLeakyRelu(OpSpec):
         # The most cores the pixel split allows, the vendor base block shrunk to fit L0, then the
         # largest im2col pass and epilogue chunk that fit UB.
         p = self._pixels(shape)
-        domain = cube.single_core(p, target.cube_cores)
-        sn = min(v for v in domain if ceil_div(p, v) <= target.cube_cores)
+        domain = cube.single_core(p, target.vector_cores)
+        sn = min(v for v in domain if ceil_div(p, v) <= target.vector_cores)
         base = cube.default_base(shape["K"], sn, self._crs(shape), dtype, target)
         tiling = Tiling.of_ints({**base, "singleCoreN": sn, "colTile": COL_TILES[0]})
         col_tiles = tuple({"colTile": c} for c in sorted(COL_TILES, reverse=True))
@@ -328,15 +330,18 @@ class ConvBiasLeakyRelu(OpSpec):
         matmul = k * crs * a_reads + crs * sn * (b_reads - 1) + k * sn
         epi_chunks = ceil_div(bm, tiling["epiRows"])
         calls = chunks * shape["C"] * (taps + 1) + mb * nb * (bm + epi_chunks * 2)
+        tiles = self.used_cores(tiling, shape)
+        cores, cube_share = cube.mix_cores(tiles, target)
         return BlockWork(
-            blocks=self.used_cores(tiling, shape),
-            cores=target.cube_cores,
+            blocks=tiles,
+            cores=cores,
             gm_bytes=n * (im2col + matmul * size),
             cube_macs=n * (mb * bm) * (nb * bn) * (ceil_div(crs, bk) * bk),
             vector_bytes=n * (crs * sn * size + mb * nb * bm * bn * 4 * 3),
             vector_calls=n * calls,
             stages=n * mb * nb,
             overlapped=tiling["dbL0C"] == 2,
+            cube_share=cube_share,
         )
 
     def matmul_flops(self, shape: Shape) -> int:

@@ -61,7 +61,9 @@ class LinearAddGelu(OpSpec):
     def runtime_tunables(
         self, shape: Shape, dtype: str, target: TargetProfile
     ) -> tuple[Tunable, ...]:
-        cores = target.cube_cores
+        # A tile per vector core: the Matmul API runs from the vector blocks of a MIX
+        # launch, two per cube core on a 910B (its tiling's SetDim counts them).
+        cores = target.vector_cores
         return (
             *cube.cube_tunables(
                 dtype, m=Bound("singleCoreM", align=16), n=Bound("singleCoreN", align=16), k=("K",)
@@ -100,8 +102,10 @@ class LinearAddGelu(OpSpec):
             k=shape["K"],
         )
         used = self.used_cores(tiling, shape)
-        if used > target.cube_cores:
-            reasons.append(f"core split needs {used} cores, target has {target.cube_cores}")
+        if used > target.vector_cores:
+            reasons.append(
+                f"core split needs {used} tiles, target has {target.vector_cores} vector cores"
+            )
         return reasons
 
     def default_tiling(self, shape: Shape, dtype: str, target: TargetProfile) -> Tiling:
@@ -176,15 +180,18 @@ class LinearAddGelu(OpSpec):
         # Epilogue per C block: a bias Add per row, then GELU (~10 float ops) per epiRows chunk.
         chunks = ceil_div(bm, tiling["epiRows"])
         calls = mb * nb * (bm + chunks * (GELU_FLOPS + (dtype != "float32")))
+        tiles = self.used_cores(tiling, shape)
+        cores, cube_share = cube.mix_cores(tiles, target)
         return BlockWork(
-            blocks=self.used_cores(tiling, shape),
-            cores=target.cube_cores,
+            blocks=tiles,
+            cores=cores,
             gm_bytes=gm,
             cube_macs=macs,
             vector_bytes=mb * nb * bm * bn * 4 * (GELU_FLOPS + 2),
             vector_calls=calls,
             stages=mb * nb,
             overlapped=tiling["dbL0C"] == 2,
+            cube_share=cube_share,
         )
 
     def matmul_flops(self, shape: Shape) -> int:

@@ -67,8 +67,9 @@ def test_tiny_tiles_pay_issue_cost() -> None:
 
 def test_l1_reuse_cuts_matmul_traffic() -> None:
     spec, shape = get_op("linear_add_gelu"), Shape({"M": 2048, "N": 2048, "K": 256})
+    # Four M blocks per core: each B tile held in L1 serves the next M blocks.
     base = spec.default_tiling(shape, "float16", TARGET).replace(
-        depthA1=1, depthB1=1, stepM=1, stepN=1
+        singleCoreM=512, singleCoreN=512, depthA1=1, depthB1=1, stepM=1, stepN=1
     )
     reused = base.replace(depthB1=8, stepN=1)
     assert (

@@ -165,7 +165,7 @@ def test_a_default_fit_kept_per_base_block_is_the_fit_of_the_asked_shape(name: s
             ]
             for shape in shapes:
                 answer = spec.default_tiling(shape, dtype, target)
-                sm, sn = cube.default_split(shape[m], shape[n], target.cube_cores)
+                sm, sn = cube.default_split(shape[m], shape[n], target.vector_cores)
                 base = cube.default_base(sm, sn, shape[k], dtype, target, objects)
                 start = Tiling({**base, "singleCoreM": sm, "singleCoreN": sn})
                 fresh = cube.fit_epilogue(
