@@ -428,7 +428,7 @@ def test_cli_exports_a_portfolio_with_its_report(store: st.Store, tmp_path: Path
 def test_cli_measures_the_pairs_the_records_lack(store: st.Store, tmp_path: Path) -> None:
     """Two tuned shapes, each with its best and default measured only: --measure runs each
     best carried to the other shape on the twin, and every shape's member is then measured."""
-    small = [Shape({"M": 32, "N": 64, "K": 64}), Shape({"M": 128, "N": 64, "K": 64})]
+    small = [Shape({"M": 32, "N": 128, "K": 64}), Shape({"M": 128, "N": 64, "K": 64})]
     with store.session() as session:
         tuned_best_and_default(session, small)
     out = tmp_path / "p.json"
