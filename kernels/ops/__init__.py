@@ -19,7 +19,7 @@ from tilewise.kernels.ops._base import (
     Tunable,
 )
 from tilewise.kernels.ops._carry import C_HELPERS as CARRY_C_HELPERS
-from tilewise.kernels.ops._carry import CarryRules
+from tilewise.kernels.ops._carry import CarryRules, c_dim
 
 __all__ = [
     "CARRY_C_HELPERS",
@@ -36,6 +36,7 @@ __all__ = [
     "StructField",
     "Traffic",
     "Tunable",
+    "c_dim",
     "get_op",
     "list_ops",
 ]

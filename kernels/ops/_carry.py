@@ -20,6 +20,7 @@ or the derivation fails (None; the C function returns 0): tiling fields are int3
 from __future__ import annotations
 
 import math
+import re
 from bisect import bisect_right
 from collections.abc import Callable, Mapping
 from functools import cache
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
     from tilewise.kernels.ops._base import OpSpec
     from tilewise.kernels.targets import TargetProfile
 
-__all__ = ["C_HELPERS", "CarryRules", "carry_rules"]
+__all__ = ["C_HELPERS", "CarryRules", "c_dim", "carry_rules"]
 
 INT32_MAX = 2**31 - 1
 
@@ -54,8 +55,10 @@ def _per(a: int, b: int) -> int:
 
 
 def _count(stored: int, size: int, align: int) -> int:
-    """The most blocks, at most ``stored``, that leave no block without work."""
-    b = max(1, stored)
+    """The most blocks, at most ``stored``, that leave no block without work. More blocks than
+    ``size`` always leave one without work, so the walk starts at ``size``: a count stored in
+    a table is a number of steps no larger than the extent."""
+    b = max(1, min(stored, size))
     while b > 1 and _round(_div(size, b), align) * (b - 1) >= size:
         b -= 1
     return b
@@ -282,9 +285,9 @@ class CarryRules:
 
     def c_lines(self, extent_c: Mapping[str, str]) -> list[str]:
         """C statements that derive ``t`` (int32_t[fields]) from ``rel`` (the relative form) at
-        the asked shape, inside a function whose dims are int64_t variables named as the op's
-        dims; each returns 0 from the function when a value leaves int32. ``extent_c`` holds the
-        C expression of each extent name that is not a dim.
+        the asked shape, inside a function whose dims are int64_t variables named by
+        :func:`c_dim`; each returns 0 from the function when a value leaves int32. ``extent_c``
+        holds the C expression of each extent name that is not a dim.
 
         Raises:
             InputError: a rule reads an extent that has no C expression.
@@ -295,9 +298,9 @@ class CarryRules:
             parts = []
             for n in names:
                 if n in self.spec.dims:
-                    parts.append(n)
+                    parts.append(c_dim(n))
                 elif n in extent_c:
-                    parts.append(f"({extent_c[n]})")
+                    parts.append(f"({_c_dims(extent_c[n], self.spec.dims)})")
                 else:
                     raise InputError(f"{self.spec.name}: extent {n} has no C expression")
             lines.append(f"const int64_t {_c_extent(names)} = {' * '.join(parts)};")
@@ -335,6 +338,17 @@ class CarryRules:
 
 def _c_extent(names: tuple[str, ...]) -> str:
     return "size_" + "_".join(names)
+
+
+def c_dim(name: str) -> str:
+    """The C variable of a dim in the header's code: a bare dim name may be a macro of the
+    host's headers (``<complex.h>`` defines ``I``)."""
+    return f"dim_{name}"
+
+
+def _c_dims(expression: str, dims: tuple[str, ...]) -> str:
+    """A C expression over the dims (OpSpec.c_extents) with each dim named by :func:`c_dim`."""
+    return re.sub(r"\b[A-Za-z_]\w*\b", lambda m: c_dim(m[0]) if m[0] in dims else m[0], expression)
 
 
 @cache
@@ -396,6 +410,7 @@ static inline int64_t tilewise_per_(int64_t a, int64_t b)
 /* The most blocks, at most b, that leave no block without work. */
 static inline int64_t tilewise_count_(int64_t size, int64_t b, int64_t align)
 {
+    if (b > size) b = size; /* more blocks than the extent leave one without work */
     if (b < 1) b = 1;
     while (b > 1 && tilewise_round_(size, b, align) * (b - 1) >= size) --b;
     return b;

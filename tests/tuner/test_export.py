@@ -570,6 +570,59 @@ def test_header_without_entries_compiles_and_finds_nothing(tmp_path: Path) -> No
         assert _ask_c(exe, [("cpu-twin", "float32", (64, 64, 64))]) == [[0]]
 
 
+@pytest.mark.skipif(not COMPILERS, reason="no C compiler")
+@pytest.mark.parametrize("op", ALL_OPS)
+def test_header_compiles_after_complex_h_which_defines_a_dim_name(op: str, tmp_path: Path) -> None:
+    """C99's <complex.h> defines the macro I (swiglu's intermediate size): the header's code
+    names its dims dim_<name>, so a host may include it first."""
+    shape = _tuned_shapes(op)[0]
+    header = tmp_path / f"{op}.h"
+    header.write_text(render_header(_document([_entry(op, shape, "cpu-twin", "float32")]), op=op))
+    source = tmp_path / "host.c"
+    source.write_text(
+        f'#include <complex.h>\n#include "{header.name}"\nint main(void) {{ return 0; }}\n'
+    )
+    compiler = COMPILERS[0][0]  # the C compiler: C++'s <complex.h> defines no I
+    done = subprocess.run(
+        [compiler, "-std=c99", "-Wall", "-Wextra", "-Werror", "-fsyntax-only", str(source)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_choice_grid_naming_a_shape_of_other_dims_is_dropped_by_the_header_too(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The runtime drops a grid whose shapes are not the op's (and answers by the nearest rule):
+    the header does the same, so that both answer alike."""
+    op = "layernorm_gelu"
+    entries = [_entry(op, s, "cpu-twin", "float32") for s in _tuned_shapes(op)[:4]]
+    doc = _document(entries)
+    doc["choices"] = [
+        {
+            "op": op,
+            "op_version": get_op(op).version,
+            "target": "cpu-twin",
+            "dtype": "float32",
+            "low": [0, 0],
+            "size": [1, 1],
+            "cells": [0],
+            "gains": [1.5],
+            "shapes": [{**entries[0]["shape"], "X": 1}],
+            "model": {"kind": "measured"},
+        }
+    ]
+    with caplog.at_level("WARNING", logger="tilewise.export"):
+        text = render_header(doc, op=op)
+    assert "choice grid" in caplog.text and "static const int32_t cells[]" not in text
+    table = TilingTable.from_document(doc)
+    answer = table.lookup(op, target="cpu-twin", dtype="float32", shape={"R": 3, "H": 3})
+    assert answer.rule != "measured_faster"
+
+
 def test_header_names_fields_and_rejects_bad_input() -> None:
     text = render_header(
         _document([_entry("linear_add_gelu", {"M": 64, "N": 64, "K": 64}, "cpu-twin", "float32")]),

@@ -513,6 +513,15 @@ BAD_ENTRIES = [
         r"relative tileLength=1 disagrees with the op's carry rules \(tileLength=\d+\)",
     ),
     (_with(tiling__tileLength=1 << 30), "tileLength=1073741824 is outside its domain"),
+    (
+        _with(tiling__tileLength=999, relative__tileLength=999),
+        "tiling fails the op's checks: tileLength 999 is not a multiple of",
+    ),
+    (
+        _with(tiling__tileLength=999, relative=None),
+        "tiling fails the op's checks: tileLength 999 is not a multiple of",
+    ),
+    (_with(target="CPU-Twin"), "target 'CPU-Twin' is not a canonical target name"),
     (_with(dtype=3), "dtype: expected a non-empty string"),
     (_with(target="x" * 300), "at most 200 characters"),
     (_text(document(*[entry("scale_relu_dropout", {"N": 4096})] * 2)), "a second entry for"),

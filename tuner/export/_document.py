@@ -252,7 +252,8 @@ def is_default_tiling(entry: TableEntry) -> bool:
 
 def checked_entry(entry: TableEntry, spec: OpSpec, target: TargetProfile) -> Tiling:
     """The relative form (:func:`checked_relative`) of an entry whose tiling is the op's: its
-    fields the tunables', each value within its domain at the entry's shape.
+    fields the tunables', each value within its domain at the entry's shape, the tiling valid
+    there.
 
     Raises:
         InputError: other fields, a value outside its domain, or a relative form that
@@ -273,6 +274,13 @@ def checked_entry(entry: TableEntry, spec: OpSpec, target: TargetProfile) -> Til
         outside = tunable.outside(entry.tiling[tunable.name])
         if outside:
             raise InputError(f"{named}: tiling {outside}")
+    # And it passed the op's checks where it was measured: an entry that does not would be
+    # answered as exact and fail at launch. (A portfolio's entries hold its members carried to
+    # the tuned shapes, valid there but not always values of the shape's domains.)
+    dtype = entry.dtype
+    if not spec.valid(entry.tiling, entry.shape, dtype, target):
+        reasons = spec.check(entry.tiling, entry.shape, dtype, target).reasons
+        raise InputError(f"{named}: tiling fails the op's checks: {'; '.join(reasons)}")
     return checked_relative(entry, spec, target)
 
 

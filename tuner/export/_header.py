@@ -3,6 +3,7 @@ starts with)."""
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from functools import cache
@@ -25,6 +26,8 @@ from tilewise.types import MAX_DIM, Shape, Tiling
 if TYPE_CHECKING:
     import jinja2
 
+_log = logging.getLogger("tilewise.export")
+
 
 def _c_name(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9]", "_", text).lower()
@@ -42,7 +45,7 @@ def render_header(doc: Mapping[str, Any], *, op: str) -> str:
         TableFormatError: ``doc`` is not a valid document.
         InputError: unknown op, or entries whose tiling fields are not the op's tunables.
     """
-    from tilewise.kernels.ops import CARRY_C_HELPERS, get_op
+    from tilewise.kernels.ops import CARRY_C_HELPERS, c_dim, get_op
     from tilewise.kernels.targets import get_target
 
     spec = get_op(op)
@@ -120,12 +123,21 @@ def render_header(doc: Mapping[str, Any], *, op: str) -> str:
         if choice is None:
             return None
         where = {shape_order_key(e.shape, dims): i for i, e in enumerate(rows)}
-        try:
-            index = [where[shape_order_key(s, dims)] for s in choice.shapes]
-        except KeyError:
-            raise InputError(
-                f"{op} {target} {dtype}: the choice grid names a shape the table does not hold"
-            ) from None
+        index = [
+            where.get(shape_order_key(s, dims)) if set(s) == set(dims) else None
+            for s in choice.shapes
+        ]
+        if None in index:
+            # As the runtime does (Group._index_choice): the grid is not used, and the header
+            # answers by the nearest rule, so that both give the same answers.
+            _log.warning(
+                "%s %s %s: the choice grid names a shape not in the table: answering by the "
+                "nearest rule",
+                op,
+                target,
+                dtype,
+            )
+            return None
         return {
             "low": braces(choice.low),
             "size": braces(choice.size),
@@ -159,10 +171,13 @@ def render_header(doc: Mapping[str, Any], *, op: str) -> str:
         prefix=prefix,
         dims=dims,
         fields=fields,
-        dim_args=", ".join(dims),
-        dim_params=", ".join(f"int64_t {d}" for d in dims),
+        # In code the dims are named dim_<name>: a bare dim name may be a macro of the host's
+        # headers (<complex.h> defines I).
+        dim_names=", ".join(dims),
+        dim_args=", ".join(c_dim(d) for d in dims),
+        dim_params=", ".join(f"int64_t {c_dim(d)}" for d in dims),
         least_init=braces(spec.dim_floors.get(d, 1) for d in dims),
-        asked_init=braces(dims),
+        asked_init=braces(c_dim(d) for d in dims),
         carry_helpers=CARRY_C_HELPERS,
         max_dim=MAX_DIM,
         # Asked for a portfolio, the header has its functions even where no group has one yet

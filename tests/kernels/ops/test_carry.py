@@ -10,7 +10,7 @@ import pytest
 from tilewise.errors import InputError
 from tilewise.kernels.ops import get_op, list_ops
 from tilewise.kernels.ops._base import Bound, Carry, OpSpec, Tunable
-from tilewise.kernels.ops._carry import carry_rules
+from tilewise.kernels.ops._carry import _count, carry_rules
 from tilewise.kernels.targets import get_target
 from tilewise.types import Shape, Tiling
 
@@ -125,6 +125,26 @@ def test_a_block_count_drops_until_every_block_has_work() -> None:
     assert moved is not None and moved["blockDim"] == 3
     grown = spec.carry(tiling, tuned, Shape({"T": 4096, "I": 4096}), "float32", twin)
     assert grown is not None and grown["blockDim"] == 48
+
+
+def test_a_stored_block_count_above_the_extent_counts_as_the_extent() -> None:
+    """More blocks than the extent always leave one without work: a count stored larger gives
+    what the extent gives, at once (a tampered table's 2**31 - 1 is no walk of that length)."""
+
+    def ceil(a: int, b: int) -> int:
+        return -(-a // b)
+
+    def walked(stored: int, size: int, align: int) -> int:  # the definition, step by step
+        b = max(1, stored)
+        while b > 1 and ceil(ceil(size, b), align) * align * (b - 1) >= size:
+            b -= 1
+        return b
+
+    for size in (0, 1, 5, 40, 333):
+        for align in (1, 16):
+            for stored in range(-1, 3 * size + 3):
+                assert _count(stored, size, align) == walked(stored, size, align)
+            assert _count(2**31 - 1, size, align) == walked(size + 1, size, align)
 
 
 def test_a_whole_row_stays_whole_and_a_chunk_stays_a_chunk() -> None:
