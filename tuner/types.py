@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from tilewise.errors import InputError
+
+#: What Shape.parse takes as a dim's name and value (the service's OpenAPI pattern's).
+_DIM_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_DIM_VALUE = re.compile(r"[+-]?[0-9]+")
 
 DTYPES: tuple[str, ...] = ("float32", "float16")
 DTYPE_BYTES: dict[str, int] = {"float32": 4, "float16": 2}
@@ -84,24 +89,26 @@ class Shape(Mapping[str, int]):
 
     @classmethod
     def parse(cls, text: str) -> Shape:
-        """Read ``"M=1024,N=1024,K=1024"``; names are case-sensitive."""
+        """Read ``"M=1024,N=1024,K=1024"``; names are case-sensitive, white space around names
+        and values is allowed. Values are written in ASCII digits (an optional sign, so that a
+        negative value is named as such), as the service's published pattern says: Python's
+        int() alone would also take ``4_096`` and other scripts' digits."""
+        if not text.strip():
+            raise InputError("shape: no dimensions given (expected e.g. M=1024,N=1024,K=1024)")
         dims: dict[str, int] = {}
-        for part in text.replace(" ", "").split(","):
-            if not part:
-                continue
-            name, sep, value = part.partition("=")
+        for part in text.split(","):
+            if not part.strip():
+                raise InputError(f"shape: an empty item between commas in {text!r}")
+            name, sep, value = (p.strip() for p in part.partition("="))
             if not sep or not name:
-                raise InputError(f"shape: expected NAME=VALUE, got {part!r}")
-            if not name.isidentifier():  # a quote or bracket around the text, say
+                raise InputError(f"shape: expected NAME=VALUE, got {part.strip()!r} in {text!r}")
+            if not _DIM_NAME.fullmatch(name):  # a quote or bracket around the text, say
                 raise InputError(f"shape: {name!r} is not a dim name, in {text!r}")
             if name in dims:  # which value was meant? Not ours to pick
                 raise InputError(f"shape: {name} given twice in {text!r}")
-            try:
-                dims[name] = int(value)
-            except ValueError:
-                raise InputError(f"shape: {name} must be an integer, got {value!r}") from None
-        if not dims:
-            raise InputError("shape: no dimensions given (expected e.g. M=1024,N=1024,K=1024)")
+            if not _DIM_VALUE.fullmatch(value):
+                raise InputError(f"shape: {name} must be an integer, got {value!r}")
+            dims[name] = int(value)
         return cls(dims)
 
 

@@ -22,6 +22,13 @@ def test_shape_parse_round_trip() -> None:
         ("=3", "NAME=VALUE"),
         ("M=64,M=4096,N=64", "M given twice"),
         ('"N=5"', "'\"N' is not a dim name, in '\"N=5\"'"),
+        # What int() alone would take, and the service's published pattern does not.
+        ("N=4_096", "N must be an integer, got '4_096'"),
+        ("M=\u0662\u0665\u0666", "M must be an integer"),
+        ("N=4096,", "an empty item between commas"),
+        (",N=4096", "an empty item between commas"),
+        ("N=1,,M=2", "an empty item between commas"),
+        (" ", "no dimensions"),
     ],
 )
 def test_shape_parse_errors(text: str, message: str) -> None:
