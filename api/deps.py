@@ -9,6 +9,7 @@ entry) and ``metrics``.
 from __future__ import annotations
 
 import hmac
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -25,7 +26,13 @@ from tilewise.api.openapi import SHAPE_DESCRIPTION, enums, shape_query_schema
 from tilewise.api.schemas import JobCreate
 from tilewise.errors import InputError, did_you_mean
 from tilewise.kernels.ops import OpSpec, get_op
-from tilewise.kernels.request import RequestError, WorkloadRequest, resolve_request
+from tilewise.kernels.request import (
+    KeyTwice,
+    RequestError,
+    WorkloadRequest,
+    once_each,
+    resolve_request,
+)
 from tilewise.kernels.targets import get_target
 from tilewise.settings import Settings
 from tilewise.store import Store, session_scope
@@ -128,6 +135,21 @@ async def write_refused(request: Request) -> HTTPException | None:
     except HTTPException as refused:
         return refused
     return None
+
+
+async def body_keys_once(request: Request) -> None:
+    """Refuse a JSON body that gives a key twice in one object: json.loads (and so FastAPI)
+    keeps the last value silently, where the CLI's manifests refuse it (``once_each``)."""
+    try:
+        json.loads(await request.body(), object_pairs_hook=once_each)
+    except KeyTwice as exc:
+        raise FieldError(("body",), str(exc)) from None
+    except (ValueError, RecursionError):
+        pass  # no JSON FastAPI took: it has answered already
+
+
+#: Put after WriteAuth in a write route's signature that takes a JSON body.
+BodyKeysOnce = Annotated[None, Depends(body_keys_once)]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -197,6 +197,10 @@ class JobPublic(_Out):
 
     @classmethod
     def of(cls, job: JobRow, workload: WorkloadRow) -> JobPublic:
+        # The holder writes its progress every few seconds; the evaluations its assistants
+        # record are counted on the job's row at once (spent_evals), and go on while a dead
+        # holder's lease runs out.
+        done = max(job.evaluations, job.spent_evals)
         return cls(
             id=job.id,
             status=job.status,
@@ -204,8 +208,8 @@ class JobPublic(_Out):
             budget=job.budget_evals,
             budget_seconds=job.budget_seconds,
             force=job.force,
-            evaluations=job.evaluations,
-            progress=min(1.0, job.evaluations / job.budget_evals),
+            evaluations=done,
+            progress=min(1.0, done / job.budget_evals),
             best_latency_us=job.best_latency_us,
             speedup=job.speedup,
             error=job.error,

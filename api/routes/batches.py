@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query, Response, status
 
 from tilewise.api import batches
-from tilewise.api.deps import SessionDep, SettingsDep, WriteAuth
+from tilewise.api.deps import BodyKeysOnce, SessionDep, SettingsDep, WriteAuth
 from tilewise.api.schemas import BatchCreate, BatchList, BatchPublic
 
 router = APIRouter(prefix="/v1/batches", tags=["batches"])
@@ -26,6 +26,7 @@ BatchId = Annotated[int, Path(ge=1, le=2**63 - 1, description="The batch's id.")
 )
 def submit_batch(
     _writer: WriteAuth,
+    _keys: BodyKeysOnce,
     body: BatchCreate,
     session: SessionDep,
     settings: SettingsDep,

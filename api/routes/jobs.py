@@ -8,7 +8,7 @@ from fastapi import APIRouter, Path, Query, Response, status
 
 from tilewise import store
 from tilewise.api import jobs
-from tilewise.api.deps import SessionDep, TuneRequestDep, WriteAuth, blame
+from tilewise.api.deps import BodyKeysOnce, SessionDep, TuneRequestDep, WriteAuth, blame
 from tilewise.api.schemas import JobList, JobPublic, TunedPublic
 from tilewise.kernels.ops import get_op
 from tilewise.store import JobStatus
@@ -32,7 +32,11 @@ JobId = Annotated[int, Path(ge=1, le=2**63 - 1, description="The job's id.")]
     },
 )
 def submit_job(
-    _writer: WriteAuth, request: TuneRequestDep, session: SessionDep, response: Response
+    _writer: WriteAuth,
+    _keys: BodyKeysOnce,
+    request: TuneRequestDep,
+    session: SessionDep,
+    response: Response,
 ) -> JobPublic | TunedPublic:
     """Tune a workload. Answers the stored result when it is tuned (unless ``force``), the
     active job when one is queued or running, otherwise a new queued job."""

@@ -46,6 +46,7 @@ def get_workers(
     response_model=HealthPublic,
     responses={503: {"description": "Database unreachable or its schema not at head."}},
 )
+@router.head("/healthz", include_in_schema=False)  # load balancers probe with HEAD too
 def healthz(db: StoreDep) -> HealthPublic:
     """Healthy when the database answers and its schema is at the revision this code needs."""
     revision = store.check_schema(db.engine)

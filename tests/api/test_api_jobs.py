@@ -29,6 +29,30 @@ def test_create_job_is_202_with_the_workload(client: TestClient) -> None:
     assert got.status_code == 200 and got.json() == job
 
 
+def test_a_key_given_twice_is_refused_and_nothing_is_queued(client: TestClient) -> None:
+    """json keeps the last of a key given twice: which budget, which op was meant?"""
+    for body in (
+        '{"op": "scale_relu_dropout", "shape": {"N": 65536}, "budget": 2, "budget": 4000}',
+        '{"op": "linear_add_gelu", "op": "scale_relu_dropout", "shape": {"N": 8}}',
+        '{"op": "scale_relu_dropout", "shape": {"N": 8, "N": 16}}',
+    ):
+        json_header = {**AUTH, "content-type": "application/json"}
+        r = client.post("/v1/jobs", content=body, headers=json_header)
+        assert r.status_code == 422, r.text
+        [detail] = r.json()["detail"]
+        assert detail["loc"] == ["body"] and "is given twice in one object" in detail["msg"]
+        # Without the token it is the token that is refused, as for any body.
+        anonymous = client.post(
+            "/v1/jobs", content=body, headers={"content-type": "application/json"}
+        )
+        assert anonymous.status_code == 401
+    assert client.get("/v1/jobs").json()["total"] == 0
+    batch = '{"workloads": [{"op": "swiglu", "shapes": ["T=5,I=55"]}], "budget": 2, "budget": 9}'
+    r = client.post("/v1/batches", content=batch, headers=json_header)
+    assert r.status_code == 422 and "'budget' is given twice" in r.text
+    assert client.get("/v1/jobs").json()["total"] == 0
+
+
 def test_default_budget_comes_from_settings(client: TestClient) -> None:
     body = {k: v for k, v in BODY.items() if k != "budget"}
     r = client.post("/v1/jobs", json=body, headers=AUTH)

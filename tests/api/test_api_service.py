@@ -73,6 +73,9 @@ def test_healthz(client: TestClient) -> None:
         "database": client.app.state.store.engine.dialect.name,  # type: ignore[attr-defined]
         "revision": store.head_revision(),
     }
+    # Load balancers probe with HEAD: the same answer, without its body.
+    head = client.head("/healthz")
+    assert head.status_code == 200 and head.content == b""
 
 
 def test_openapi_and_docs(read_client: TestClient) -> None:

@@ -13,6 +13,7 @@ from tests_support import host_toolchain
 
 from tests.fakes import FakeBackend
 from tilewise import store
+from tilewise.api.schemas import JobPublic
 from tilewise.kernels.backends import Backend, BuildResult, RunResult
 from tilewise.kernels.ops import OpSpec, get_op
 from tilewise.kernels.targets import twin_target
@@ -277,6 +278,26 @@ def test_holder_stops_when_assistants_spent_the_budget_and_finishes(
     assert spent(db, job.id) == 3
     with db.session() as s:
         assert store.get_tiling(s, workload_id=job.workload_id, toolchain=None) is not None
+
+
+def test_the_job_s_view_counts_its_assistants_evaluations_as_they_are_recorded(
+    settings: Settings, db: store.Store
+) -> None:
+    """The holder writes the job's progress every few seconds (and not at all once it died);
+    the service's view counts what the job's row has spent, assistants' evaluations included."""
+    job = queue_job(db, budget=3)
+    with db.session() as s:
+        assert store.claim_job(s, worker_id="h", lease_seconds=30) is not None
+        assert store.assist_job(s, worker_id="a", max_assistants=1, lease_seconds=30)
+    helper = make_tuner(db, settings, FakeBackend(), JobTag(job.id, "a", budget_evals=3))
+    for tiling in tilings(2):
+        helper.evaluate(tiling, source="search", progress=Progress(budget=3))
+    row = get_job(db, job.id)
+    with db.session() as s:
+        workload = store.get_workload(s, workload_id=row.workload_id)
+    assert row.evaluations == 0 and workload is not None  # no progress written by the holder
+    view = JobPublic.of(row, workload)
+    assert (view.evaluations, view.progress) == (2, pytest.approx(2 / 3))
 
 
 def test_a_tuner_waits_for_evaluations_in_flight_that_would_spend_the_budget(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import statistics
 from pathlib import Path
 
@@ -295,3 +296,29 @@ def test_tune_adds_no_tables_to_another_programs_sqlite_file(tmp_path: Path) -> 
     again = tilewise("tune", "scale_relu_dropout", "--shape", "N=4096", "--budget", "1",
                      tmp_path=tmp_path, db=url)  # fmt: skip
     assert again.returncode == 0, again.stderr
+
+
+@pytest.mark.parametrize(
+    ("token", "cure"),
+    [
+        (None, "set TILEWISE_API_TOKEN to require one"),
+        ("secret", "unset TILEWISE_DEV_MODE to require the token set"),
+    ],
+)
+def test_serve_in_dev_mode_says_what_would_require_a_token(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, token: str | None, cure: str
+) -> None:
+    """With a token set, dev mode is TILEWISE_DEV_MODE's: setting the token is no cure."""
+    monkeypatch.setenv("TILEWISE_DEV_MODE", "1")
+    if token is None:
+        monkeypatch.delenv("TILEWISE_API_TOKEN", raising=False)
+    else:
+        monkeypatch.setenv("TILEWISE_API_TOKEN", token)
+    with socket.socket() as taken:  # the port is taken: serve says its piece, then fails
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        done = tilewise("serve", "--workers", "0", "--port", port, tmp_path=tmp_path)
+    assert done.returncode != 0
+    [said] = [line for line in done.stderr.splitlines() if line.startswith("dev mode:")]
+    assert said.endswith(cure), done.stderr

@@ -310,9 +310,14 @@ def serve(
     except TilewiseError as exc:
         fail(str(exc))
     if settings.dev_mode:
+        # With a token set, dev mode is TILEWISE_DEV_MODE's doing: setting a token is no cure.
+        cure = (
+            "unset TILEWISE_DEV_MODE to require the token set"
+            if settings.api_token
+            else "set TILEWISE_API_TOKEN to require one"
+        )
         err.print(
-            f"dev mode: writes need no token (listening on {host} only);"
-            " set TILEWISE_API_TOKEN to require one",
+            f"dev mode: writes need no token (listening on {host} only); {cure}",
             highlight=False,
             soft_wrap=True,
         )
