@@ -440,7 +440,8 @@ BAD_DOCUMENTS = [
         _text(document(entry("scale_relu_dropout", {"N": 4096})))[:150],
         r"not valid JSON \(truncated\?\)",
     ),
-    ("", "not valid JSON"),
+    ("", r"not valid JSON \(an empty document\)"),
+    ("hello", r"not valid JSON: Expecting value"),  # no "truncated?": it failed at the start
     ("[]", "expected a JSON object, got a list"),
     ('{"format": "other"}', "not a tilewise tiling table"),
     (

@@ -348,7 +348,14 @@ def parse_table(text: str | bytes, *, source: str = "tiling table") -> Loaded:
     except RecursionError:
         raise TableFormatError(f"{source}: JSON nested too deeply") from None
     except ValueError as exc:  # JSONDecodeError, bad UTF-8, integers too long to convert
-        hint = " (truncated?)" if "Expecting" in str(exc) or "Unterminated" in str(exc) else ""
+        # A file cut short fails where its text ends, or inside a string it opened; "hello"
+        # fails at its first character, an empty file has nothing to cut.
+        hint = ""
+        if isinstance(exc, json.JSONDecodeError) and exc.doc.strip():
+            if exc.msg.startswith("Unterminated") or exc.pos >= len(exc.doc.rstrip()):
+                hint = " (truncated?)"
+        elif isinstance(exc, json.JSONDecodeError):
+            hint = " (an empty document)"
         raise TableFormatError(f"{source}: not valid JSON{hint}: {exc}") from None
     return load_entries(doc, source=source)
 
