@@ -14,12 +14,14 @@ import urllib.request
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
 from tests.fakes import FakeBackend
 from tilewise import store
+from tilewise.errors import StoreError
 from tilewise.kernels.backends import Backend
 from tilewise.kernels.ops import get_op
 from tilewise.kernels.targets import get_target, twin_target
@@ -252,6 +254,39 @@ def test_stop_hands_the_job_back(settings: Settings, db: store.Store) -> None:
     assert back.attempts == 0  # a stop is no failed attempt: restarts do not use them up
     with db.session() as s:
         assert back.evaluations == store.job_evaluations(s, job_id=job.id) >= 3
+
+
+def test_a_job_that_could_not_be_handed_back_is_handed_back_when_the_database_answers(
+    settings: Settings, db: store.Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The database gone when the worker hands a job back: the job stays running under the
+    worker's lease. The worker hands it back at its next turn of the loop, once the database
+    answers again, rather than leave it to the lease (60 s by default)."""
+    job = queue_job(db, budget=5)
+    worker = Worker(settings=settings, db=db, backend=FakeBackend())
+    claimed = worker._claim()
+    assert claimed is not None and claimed.id == job.id
+    held = worker._held
+    assert held is not None
+    release = store.release_job
+    down = [True]
+
+    def unreachable(*args: Any, **kwargs: Any) -> bool:
+        if down[0]:
+            raise StoreError("cannot reach database")
+        return release(*args, **kwargs)
+
+    monkeypatch.setattr(store, "release_job", unreachable)
+    worker._release(held)
+    assert get_job(db, job.id).status is JobStatus.RUNNING
+    worker._release_pending()  # still down: kept for the next turn
+    assert get_job(db, job.id).status is JobStatus.RUNNING
+    down[0] = False
+    worker._release_pending()
+    back = get_job(db, job.id)
+    assert back.status is JobStatus.QUEUED and back.worker_id is None
+    worker._release_pending()  # nothing left to hand back
+    worker.close()
 
 
 def test_stale_op_version_fails_the_job(settings: Settings, db: store.Store) -> None:

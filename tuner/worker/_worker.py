@@ -117,6 +117,9 @@ class Worker:
         self._lock = threading.Lock()
         self._held: _Held | None = None
         self._assisting: _Assisting | None = None
+        # Jobs this worker could not hand back (the database unreachable): handed back once it
+        # answers again, rather than left running until their leases run out.
+        self._unreleased: list[_Held] = []
         self.jobs_done = 0
         self.jobs_assisted = 0
 
@@ -141,6 +144,7 @@ class Worker:
         log.info("worker %s: serving target %s on %s", self.id, self.target.name, self.db.safe_url)
         try:
             while not self.stopping:
+                self._release_pending()
                 try:
                     job = self._claim()
                 except StoreError as exc:
@@ -469,6 +473,15 @@ class Worker:
                 )
         except StoreError as exc:
             log.warning("worker %s: cannot hand job %d back: %s", self.id, held.job.id, exc)
+            self._unreleased.append(held)
+
+    def _release_pending(self) -> None:
+        """Hand back the jobs :meth:`_release` could not (a job claimed by another worker since,
+        its lease run out, is left as it is)."""
+        pending, self._unreleased = self._unreleased, []
+        for held in pending:
+            log.info("worker %s: handing job %d back again", self.id, held.job.id)
+            self._release(held)
 
     def _fail(self, held: _Held, error: str) -> None:
         try:
