@@ -72,6 +72,15 @@ def get_job(db: store.Store, job_id: int) -> store.JobRow:
     return job
 
 
+def held_and_assisted(db: store.Store, *, budget: int) -> store.JobRow:
+    """A queued job, claimed by worker "h" and assisted by worker "a"."""
+    job = queue_job(db, budget=budget)
+    with db.session() as s:
+        assert store.claim_job(s, worker_id="h", lease_seconds=30) is not None
+        assert store.assist_job(s, worker_id="a", max_assistants=1, lease_seconds=30)
+    return job
+
+
 def spent(db: store.Store, job_id: int) -> int:
     with db.session() as s:
         return store.job_evaluations(s, job_id=job_id)
@@ -231,10 +240,7 @@ def test_tagging_rule(db: store.Store) -> None:
 
 
 def test_tuners_tag_by_the_rule(settings: Settings, db: store.Store) -> None:
-    job = queue_job(db, budget=2)
-    with db.session() as s:
-        assert store.claim_job(s, worker_id="h", lease_seconds=30) is not None
-        assert store.assist_job(s, worker_id="a", max_assistants=1, lease_seconds=30)
+    job = held_and_assisted(db, budget=2)
     holder = make_tuner(db, settings, FakeBackend(), JobTag(job.id, "h", budget_evals=2))
     helper = make_tuner(db, settings, FakeBackend(), JobTag(job.id, "a", budget_evals=2))
     a, b, c, d = tilings(4)
@@ -259,10 +265,7 @@ def test_tuners_tag_by_the_rule(settings: Settings, db: store.Store) -> None:
 def test_holder_stops_when_assistants_spent_the_budget_and_finishes(
     settings: Settings, db: store.Store
 ) -> None:
-    job = queue_job(db, budget=3)
-    with db.session() as s:
-        assert store.claim_job(s, worker_id="h", lease_seconds=30) is not None
-        assert store.assist_job(s, worker_id="a", max_assistants=1, lease_seconds=30)
+    job = held_and_assisted(db, budget=3)
     helper = make_tuner(db, settings, FakeBackend(), JobTag(job.id, "a", budget_evals=3))
     for tiling in tilings(3):
         helper.evaluate(tiling, source="search", progress=Progress(budget=3))
@@ -285,10 +288,7 @@ def test_the_job_s_view_counts_its_assistants_evaluations_as_they_are_recorded(
 ) -> None:
     """The holder writes the job's progress every few seconds (and not at all once it died);
     the service's view counts what the job's row has spent, assistants' evaluations included."""
-    job = queue_job(db, budget=3)
-    with db.session() as s:
-        assert store.claim_job(s, worker_id="h", lease_seconds=30) is not None
-        assert store.assist_job(s, worker_id="a", max_assistants=1, lease_seconds=30)
+    job = held_and_assisted(db, budget=3)
     helper = make_tuner(db, settings, FakeBackend(), JobTag(job.id, "a", budget_evals=3))
     for tiling in tilings(2):
         helper.evaluate(tiling, source="search", progress=Progress(budget=3))
@@ -306,10 +306,7 @@ def test_a_tuner_waits_for_evaluations_in_flight_that_would_spend_the_budget(
     """Two tilings an assistant claimed and is measuring would spend the job's budget: the
     holder waits for their records rather than start an evaluation that would not count. One
     of them ends rejected before its build (no evaluation): the holder takes that one."""
-    job = queue_job(db, budget=3)
-    with db.session() as s:
-        assert store.claim_job(s, worker_id="h", lease_seconds=30) is not None
-        assert store.assist_job(s, worker_id="a", max_assistants=1, lease_seconds=30)
+    job = held_and_assisted(db, budget=3)
     helper = make_tuner(db, settings, FakeBackend(), JobTag(job.id, "a", budget_evals=3))
     first, flying, rejected = tilings(3)
     helper.evaluate(first, source="search", progress=Progress(budget=3))
@@ -342,10 +339,7 @@ def test_a_tuner_waits_for_evaluations_in_flight_that_would_spend_the_budget(
 
 
 def test_an_assistant_never_finishes(settings: Settings, db: store.Store) -> None:
-    job = queue_job(db, budget=3)
-    with db.session() as s:
-        assert store.claim_job(s, worker_id="h", lease_seconds=30) is not None
-        assert store.assist_job(s, worker_id="a", max_assistants=1, lease_seconds=30)
+    job = held_and_assisted(db, budget=3)
     helper = make_tuner(db, settings, FakeBackend(), JobTag(job.id, "a", budget_evals=3))
     result = helper.run(Budget(3), seed=2, finish=False)
     assert result.best is None and not result.stopped
