@@ -137,7 +137,9 @@ def read_platform_ini(path: Path, *, name: str | None = None) -> TargetProfile:
             backend="ascend",
             soc=path.stem,
             cube_cores=cube,
-            vector_cores=int(soc.get("vector_core_cnt") or cube),
+            # At least the AI cores: a coupled SoC (310P) lists only its extra vector cores,
+            # and each AI core has a vector unit of its own.
+            vector_cores=max(int(soc.get("vector_core_cnt") or cube), cube),
             freq_mhz=int(spec["cube_freq"]),
             ub=int(spec["ub_size"]),
             l1=int(spec["l1_size"]),

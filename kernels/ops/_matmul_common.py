@@ -83,9 +83,10 @@ def _pieces(blocks: int, cores: int) -> tuple[tuple[tuple[int, int], ...], tuple
 
 
 def default_split(m: int, n: int, cores: int) -> tuple[int, int]:
-    """(singleCoreM, singleCoreN) as MultiCoreMatmulTiling would pick them: the split that uses
-    the most cores, then the least work per core, then the squarest block (the first such in
-    the order of ``single_core``)."""
+    """(singleCoreM, singleCoreN) as MultiCoreMatmulTiling would pick them with ``cores`` tiles
+    at most (its SetDim: a MIX kernel's vector cores): the split into the most tiles, then the
+    least work per tile, then the squarest block (the first such in the order of
+    ``single_core``)."""
     rows = _pieces(-(-m // 16), cores)[0]
     columns, first_within = _pieces(-(-n // 16), cores)
     best_used = best_size = best_m = best_n = 0

@@ -190,7 +190,8 @@ class BlockWork:
     ``vector_calls`` counts vector instructions issued: each has a fixed issue cost, which is
     what makes tiny tiles slow even when the bytes are the same. ``cube_share`` is how many
     blocks one cube core serves in turn: a MIX launch's vector blocks of one AI core (two on a
-    910B) each drive its cube.
+    910B) each drive its cube, whose loads into L1 (``cube_gm_bytes`` of ``gm_bytes``) they
+    share as well.
     """
 
     blocks: int  # blocks launched (waves = ceil(blocks / cores))
@@ -202,6 +203,7 @@ class BlockWork:
     stages: int
     overlapped: bool
     cube_share: int = 1
+    cube_gm_bytes: float = 0.0  # of gm_bytes, what the cube side loads (A and B into L1)
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,19 @@ def test_reads_a_cann_platform_ini() -> None:
         assert getattr(profile, field) == getattr(builtin, field), field
 
 
+def test_a_coupled_soc_s_extra_vector_cores_do_not_cap_its_mix_launch(tmp_path: Path) -> None:
+    """A 310P's ini counts 8 AI cores (a cube and a vector unit each) and 7 extra vector cores:
+    a MIX launch there has a vector unit per AI core, so neither its tile cap nor its vector
+    blocks per AI core drop below the AI cores'."""
+    text = SAMPLE.read_text().replace("cube_core_cnt=24", "cube_core_cnt=8")
+    text = text.replace("vector_core_cnt=48", "vector_core_cnt=7")
+    ini = tmp_path / "Ascend310P3.ini"
+    ini.write_text(text)
+    profile = read_platform_ini(ini)
+    assert (profile.cube_cores, profile.vector_cores, profile.vector_per_cube) == (8, 8, 1)
+    assert BUILTIN["ascend910b1"].vector_per_cube == 2
+
+
 def test_toolkit_ini_wins_over_the_builtin_table(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -2,7 +2,8 @@
 
 From an op's :class:`~tilewise.kernels.ops.BlockWork` and a target profile:
 
-* MTE (GM <-> UB/L1): ``gm_bytes / ddr_rate`` cycles (the ini's bytes per cycle per core);
+* MTE (GM <-> UB/L1): ``gm_bytes / ddr_rate`` cycles (the ini's bytes per cycle per core),
+  the cube side's loads into L1 counted once per block sharing that cube core;
 * cube: ``cube_macs / 16³`` cycles (a 16×16×16 MAC per cycle), four times that for fp32, times
   the blocks that share one cube core (a MIX launch's vector blocks of one AI core);
 * vector: ``vector_bytes / 256`` cycles (one 256-byte repeat per cycle) plus a fixed issue
@@ -60,7 +61,7 @@ def predict(
 ) -> Prediction:
     work = spec.block_work(tiling, shape, dtype, target)
     cycles_per_us = target.freq_mhz
-    mte = work.gm_bytes / target.ddr_rate
+    mte = (work.gm_bytes + (work.cube_share - 1) * work.cube_gm_bytes) / target.ddr_rate
     cube = work.cube_macs / CUBE_MACS_PER_CYCLE * (FP32_CUBE_SLOWDOWN if dtype == "float32" else 1)
     cube *= work.cube_share
     vector = work.vector_bytes / VECTOR_BYTES_PER_CYCLE + work.vector_calls * VECTOR_ISSUE_CYCLES

@@ -328,6 +328,8 @@ class ConvBiasLeakyRelu(OpSpec):
         window = self._win_rows(shape, col_tile) * shape["W"]
         im2col = chunks * shape["C"] * window * size + 2 * crs * sn * size  # x rows, col out+in
         matmul = k * crs * a_reads + crs * sn * (b_reads - 1) + k * sn
+        # What the cube loads into L1: W, and col at each of its reads (the first is im2col's "in").
+        loads = n * (k * crs * a_reads + crs * sn * b_reads) * size
         epi_chunks = ceil_div(bm, tiling["epiRows"])
         calls = chunks * shape["C"] * (taps + 1) + mb * nb * (bm + epi_chunks * 2)
         tiles = self.used_cores(tiling, shape)
@@ -342,6 +344,7 @@ class ConvBiasLeakyRelu(OpSpec):
             stages=n * mb * nb,
             overlapped=tiling["dbL0C"] == 2,
             cube_share=cube_share,
+            cube_gm_bytes=loads,
         )
 
     def matmul_flops(self, shape: Shape) -> int:

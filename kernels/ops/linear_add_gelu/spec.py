@@ -109,9 +109,10 @@ class LinearAddGelu(OpSpec):
         return reasons
 
     def default_tiling(self, shape: Shape, dtype: str, target: TargetProfile) -> Tiling:
-        # In the spirit of matmul_tiling::MultiCoreMatmulTiling: use as many cube cores as the
-        # split allows with the least work per core, start from the vendor's (128, 256, 64)
-        # base block and shrink it until L0 fits, one A and one B block pair in L1.
+        # In the spirit of matmul_tiling::MultiCoreMatmulTiling: use as many tiles as the
+        # split allows (up to the vector cores) with the least work per tile, start from the
+        # vendor's (128, 256, 64) base block and shrink it until L0 fits, one A and one B
+        # block pair in L1.
         return cube.default_matmul(self, shape, ("M", "N", "K"), dtype, target)
 
     def warm_defaults(self, dtype: str, target: TargetProfile) -> None:
@@ -175,7 +176,8 @@ class LinearAddGelu(OpSpec):
         sm, sn = min(tiling["singleCoreM"], shape["M"]), min(tiling["singleCoreN"], shape["N"])
         a_reads, b_reads, mb, nb = cube.matmul_gm_reads(tiling, single_m=sm, single_n=sn, k=k)
         kt = ceil_div(k, bk)
-        gm = (sm * k * a_reads + k * sn * b_reads + sn * mb + sm * sn) * size
+        loads = (sm * k * a_reads + k * sn * b_reads) * size  # A and B into L1, by the cube
+        gm = loads + (sn * mb + sm * sn) * size
         macs = (mb * bm) * (nb * bn) * (kt * bk)  # padded base blocks cost full cube cycles
         # Epilogue per C block: a bias Add per row, then GELU (~10 float ops) per epiRows chunk.
         chunks = ceil_div(bm, tiling["epiRows"])
@@ -192,6 +194,7 @@ class LinearAddGelu(OpSpec):
             stages=mb * nb,
             overlapped=tiling["dbL0C"] == 2,
             cube_share=cube_share,
+            cube_gm_bytes=loads,
         )
 
     def matmul_flops(self, shape: Shape) -> int:

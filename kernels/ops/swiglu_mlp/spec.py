@@ -174,7 +174,8 @@ class SwigluMlp(OpSpec):
         a_reads, b_reads, mb, nb = cube.matmul_gm_reads(tiling, single_m=sm, single_n=sn, k=k)
         bm, bn, bk = tiling["baseM"], tiling["baseN"], tiling["baseK"]
         # Each object reads X and its own W; the output is written once.
-        gm = OBJECTS * (sm * k * a_reads + k * sn * b_reads) * size + sm * sn * size
+        loads = OBJECTS * (sm * k * a_reads + k * sn * b_reads) * size  # into L1, by the cube
+        gm = loads + sm * sn * size
         macs = OBJECTS * (mb * bm) * (nb * bn) * (ceil_div(k, bk) * bk)
         chunks = ceil_div(bm, tiling["epiRows"])
         calls = mb * nb * chunks * (SWIGLU_VECTOR_OPS + (dtype != "float32"))
@@ -190,6 +191,7 @@ class SwigluMlp(OpSpec):
             stages=mb * nb,
             overlapped=tiling["dbL0C"] == 2,
             cube_share=cube_share,
+            cube_gm_bytes=loads,
         )
 
     def matmul_flops(self, shape: Shape) -> int:

@@ -110,3 +110,17 @@ def test_split_rows_cost_more_traffic() -> None:
         predict(spec, split, shape, "float32", TARGET).mte_us
         > predict(spec, whole, shape, "float32", TARGET).mte_us
     )
+
+
+def test_a_mix_launch_shares_each_ai_core_s_cube_and_its_loads_between_two_tiles() -> None:
+    """48 tiles on a 910B1: one wave over the 48 vector cores, each AI core's cube (and its
+    loads of A and B into L1) serving two tiles in turn."""
+    spec, shape = get_op("linear_add_gelu"), Shape({"M": 1024, "N": 1024, "K": 1024})
+    tiling = spec.default_tiling(shape, "float16", TARGET)
+    work = spec.block_work(tiling, shape, "float16", TARGET)
+    assert (work.blocks, work.cores, work.cube_share) == (48, 48, 2)
+    assert 0 < work.cube_gm_bytes < work.gm_bytes
+    out = predict(spec, tiling, shape, "float16", TARGET)
+    assert out.waves == 1
+    cycles = (work.gm_bytes + work.cube_gm_bytes) / TARGET.ddr_rate
+    assert out.mte_us == pytest.approx(cycles / TARGET.freq_mhz)
