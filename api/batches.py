@@ -112,7 +112,7 @@ def _item(v: BatchItemView) -> BatchItemPublic:
         status="tuned" if job is None else job.status.value,
         job_id=None if job is None else job.id,
         budget=None if job is None else job.budget_evals,
-        evaluations=0 if job is None else job.evaluations,
+        evaluations=0 if job is None else job.done_evals,
         best_latency_us=None if job is None else job.best_latency_us,
         latency_us=None if tiling is None else tiling.latency_us,
         default_latency_us=None if tiling is None else tiling.default_latency_us,

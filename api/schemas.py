@@ -197,10 +197,7 @@ class JobPublic(_Out):
 
     @classmethod
     def of(cls, job: JobRow, workload: WorkloadRow) -> JobPublic:
-        # The holder writes its progress every few seconds; the evaluations its assistants
-        # record are counted on the job's row at once (spent_evals), and go on while a dead
-        # holder's lease runs out.
-        done = max(job.evaluations, job.spent_evals)
+        done = job.done_evals
         return cls(
             id=job.id,
             status=job.status,

@@ -45,7 +45,7 @@ class JobView:
 
     @property
     def pct(self) -> int:
-        return min(100, round(100 * self.job.evaluations / self.job.budget_evals))
+        return min(100, round(100 * self.job.done_evals / self.job.budget_evals))
 
 
 def _current_version(op: str) -> str | None:

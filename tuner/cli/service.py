@@ -62,7 +62,8 @@ def service_settings(settings: Settings, host: str) -> Settings:
     from tilewise.errors import ConfigError
 
     if settings.api_token:
-        # Tokens are required whenever one is set; dev mode never leaves loopback.
+        # With a token set, dev mode is only what TILEWISE_DEV_MODE asks, and never leaves
+        # loopback.
         return settings.model_copy(update={"dev_mode": settings.dev_mode and is_loopback(host)})
     if is_loopback(host):
         return settings.model_copy(update={"dev_mode": True})

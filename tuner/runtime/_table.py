@@ -136,6 +136,8 @@ class TilingTable:
             profile = get_target(entry.target)
         except InputError:
             return "unknown op or target"
+        if entry.op_version != spec.version:
+            return "other op version"
         named = f"{entry.op} {entry.target} {entry.dtype} {dict(entry.shape)}"
         if profile.name != entry.target:
             # A table names targets as exports write them (as the C header requires too).
@@ -143,8 +145,6 @@ class TilingTable:
                 f"{named}: target {entry.target!r} is not a canonical target name "
                 f"(write {profile.name!r})"
             )
-        if entry.op_version != spec.version:
-            return "other op version"
         if entry.dtype not in spec.dtypes or set(entry.shape) != set(spec.dims):
             raise InputError(
                 f"{named}: not a dtype and shape of {entry.op} (dims {', '.join(spec.dims)})"

@@ -46,6 +46,13 @@ class JobRow:
     finished_at: datetime | None
     spent_evals: int = 0  # its evaluations so far (see tilewise.store.tag_record)
 
+    @property
+    def done_evals(self) -> int:
+        """Its evaluations so far, as a view shows them: the holder writes ``evaluations`` every
+        few seconds (and not at all once it died); every worker's record takes one of
+        ``spent_evals`` at once, assistants' included."""
+        return max(self.evaluations, self.spent_evals)
+
 
 def job_row(m: JobModel) -> JobRow:
     return JobRow(

@@ -164,6 +164,7 @@ class Worker:
                 if self.max_jobs is not None and self.jobs_done >= self.max_jobs:
                     break
         finally:
+            self._release_pending()
             self._closed.set()
             beats.join(timeout=10)
             self._beat(status=WorkerStatus.STOPPED)
