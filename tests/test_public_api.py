@@ -63,6 +63,7 @@ PUBLIC = {
         "StructField",
         "Traffic",
         "Tunable",
+        "c_dim",
         "get_op",
         "list_ops",
     },

@@ -14,6 +14,9 @@ from tilewise.errors import InputError
 #: What Shape.parse takes as a dim's name and value (the service's OpenAPI pattern's).
 _DIM_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _DIM_VALUE = re.compile(r"[+-]?[0-9]+")
+#: Digits past any int64 (the bounds checks name a value that large; Python's int() refuses
+#: strings of over 4300 digits).
+_MAX_DIGITS = 40
 
 DTYPES: tuple[str, ...] = ("float32", "float16")
 DTYPE_BYTES: dict[str, int] = {"float32": 4, "float16": 2}
@@ -101,13 +104,15 @@ class Shape(Mapping[str, int]):
                 raise InputError(f"shape: an empty item between commas in {text!r}")
             name, sep, value = (p.strip() for p in part.partition("="))
             if not sep or not name:
-                raise InputError(f"shape: expected NAME=VALUE, got {part.strip()!r} in {text!r}")
+                raise InputError(f"shape: expected NAME=VALUE, got {part.strip()!r}")
             if not _DIM_NAME.fullmatch(name):  # a quote or bracket around the text, say
                 raise InputError(f"shape: {name!r} is not a dim name, in {text!r}")
             if name in dims:  # which value was meant? Not ours to pick
                 raise InputError(f"shape: {name} given twice in {text!r}")
             if not _DIM_VALUE.fullmatch(value):
                 raise InputError(f"shape: {name} must be an integer, got {value!r}")
+            if len(value) > _MAX_DIGITS:  # int() refuses thousands of digits with a ValueError
+                raise InputError(f"shape: {name} has {len(value)} digits: no dim is that large")
             dims[name] = int(value)
         return cls(dims)
 

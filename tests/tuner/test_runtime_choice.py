@@ -196,9 +196,11 @@ def test_a_model_fits_the_records_and_measures_its_error_on_held_out_shapes() ->
             us = _truth(t, shape, rng)
             samples.append(Sample("cpu-twin/float32", shape, x, math.log(us), t == default))
     model = fit_model(samples)
-    assert model is not None and model.kind == "loglinear"
-    # The truth is log-linear in the features with 2% noise: the held-out error of a log ratio
-    # of two noisy latencies is about sqrt(2) * 2%.
+    # The truth is log-linear in the features with 2% noise, which both the fit across shapes
+    # and the fit within each shape reproduce down to the noise: the smaller held-out error
+    # picks one of the two, and either is the truth's form (the cost model alone is not).
+    assert model is not None and model.kind in {"loglinear", "within"}, model
+    # The held-out error of a log ratio of two noisy latencies is about sqrt(2) * 2%.
     assert 0.01 < model.error < 0.06, model
     # Too few records for a coefficient per feature: the cost model, scaled, with its own error.
     sparse = [s for s in samples if s.is_default or s.x == samples[1].x] + [

@@ -29,6 +29,7 @@ def test_shape_parse_round_trip() -> None:
         (",N=4096", "an empty item between commas"),
         ("N=1,,M=2", "an empty item between commas"),
         (" ", "no dimensions"),
+        ("N=" + "9" * 60, "N has 60 digits: no dim is that large"),
     ],
 )
 def test_shape_parse_errors(text: str, message: str) -> None:
