@@ -4,7 +4,6 @@ nobody tuned, by the table's choice grid (:func:`chosen`) or by the nearest rule
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Iterator, Mapping
 from math import log2
@@ -115,12 +114,9 @@ class Group:
             if len(self.entries) >= NEAR_INDEX_ENTRIES
             else None
         )
-        # Each entry's tiling checked at its own shape: the op's footprint memo then holds the
-        # buffer plans that tilings carried from the entries mostly repeat (a first-time answer
-        # checks one; a plan met first costs building its buffers), a few us an entry.
-        for e in self.entries:
-            with contextlib.suppress(TilewiseError):
-                spec.valid(e.tiling, e.shape, dtype, profile)
+        # The table's load checked each entry's tiling at its own shape (checked_entry): the op's
+        # footprint memo already holds the buffer plans that tilings carried from the entries
+        # mostly repeat (a first-time answer checks one; a plan met first costs its buffers).
         # And what the op's default heuristic keeps for any shape: a first-time answer of the
         # default (predicted_default, kept_default, measured_slower) then pays only its own part.
         if self.entries:
